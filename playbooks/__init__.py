@@ -1,0 +1,1 @@
+"""playbooks: see DESIGN.md."""

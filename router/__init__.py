@@ -1,0 +1,1 @@
+"""router: see DESIGN.md."""

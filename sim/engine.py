@@ -1,0 +1,491 @@
+"""The simulated vLLM engine core: requests in, steps on a clock, tokens and metrics out.
+
+The engine never reads a clock: every call passes `now`. A driver (`sim.realtime` for HTTP,
+`sim.harness` for virtual time) calls `schedule(now)` to get the next step and its duration, then
+`complete(step, now + duration)`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from sim.faults import FaultPlan
+from sim.gpu import GIB, GpuLedger, GpuMemoryError, GpuReading, MemoryLedger, gpu_uuid
+from sim.kvcache import KVCache
+from sim.presets import Preset
+from sim.profiles import VersionProfile
+from sim.request import SimRequest, Status
+from sim.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
+from sim.stats import MetricsState, new_metrics_state
+from sim.steptime import StepCost, StepTimeModel
+
+FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
+
+
+@dataclass
+class EngineConfig:
+    """The `vllm serve` arguments the model uses, resolved to values."""
+
+    model: str
+    served_model_name: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    tensor_parallel_size: int = 1
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"
+    quantization: str | None = None
+    scheduling_policy: str = "fcfs"
+    enable_sleep_mode: bool = False
+    disable_log_stats: bool = False
+    block_size: int = 16
+    num_gpu_blocks_override: int | None = None
+    long_prefill_token_threshold: int = 0
+    enforce_eager: bool = False
+    gpus: tuple[int, ...] = (0,)
+    seed: int = 0
+    time_scale: float = 1.0
+
+
+class EngineStartError(Exception):
+    """The engine could not start (as vLLM fails at start-up); `lines` are the log lines it printed."""
+
+    def __init__(self, message: str, lines: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.lines = lines or []
+
+
+@dataclass
+class Step:
+    """A scheduled step in flight."""
+
+    batch: ScheduledBatch
+    cost: StepCost
+    start: float
+
+    @property
+    def end(self) -> float:
+        return self.start + self.cost.duration_s
+
+
+@dataclass
+class _BusyWindow:
+    """Recent steps, for utilisation over the last second."""
+
+    steps: deque[tuple[float, float, float, float]] = field(default_factory=deque)  # end, dur, mem, comp
+
+    def add(self, end: float, cost: StepCost) -> None:
+        self.steps.append((end, cost.duration_s, cost.memory_busy_s, cost.compute_busy_s))
+
+    def ratios(self, now: float, window: float = 1.0) -> tuple[float, float, float]:
+        while self.steps and self.steps[0][0] < now - window:
+            self.steps.popleft()
+        busy = sum(s[1] for s in self.steps)
+        mem = sum(s[2] for s in self.steps)
+        comp = sum(s[3] for s in self.steps)
+        return min(1.0, busy / window), min(1.0, mem / window), min(1.0, comp / window)
+
+
+def _kv_dtype_bytes(kv_cache_dtype: str) -> float:
+    return 1.0 if kv_cache_dtype.startswith("fp8") else 2.0
+
+
+def _weight_scale(quantization: str | None) -> float:
+    if quantization in {"fp8", "int8", "awq", "gptq", "compressed-tensors", "w8a8"}:
+        return 0.5 if quantization in {"fp8", "int8", "w8a8", "compressed-tensors"} else 0.28
+    return 1.0
+
+
+class EngineCore:
+    """Scheduler + KV cache + step-time model + metrics for one engine."""
+
+    def __init__(self, config: EngineConfig, preset: Preset, profile: VersionProfile, *, now: float,
+                 ledger: GpuLedger | None = None, owner: str = "engine", faults: FaultPlan | None = None) -> None:
+        self.config = config
+        self.preset = preset
+        self.profile = profile
+        self.owner = owner
+        self.faults = faults or FaultPlan()
+        self.ledger: GpuLedger = ledger if ledger is not None else MemoryLedger()
+        self.rng = random.Random(config.seed)
+        self.started_at = now
+        hw = preset.hardware
+        self.step_model = StepTimeModel(
+            preset, tensor_parallel=config.tensor_parallel_size, time_scale=config.time_scale,
+            kv_dtype_bytes=_kv_dtype_bytes(config.kv_cache_dtype),
+            weight_scale=_weight_scale(config.quantization),
+        )
+        self.footprint_bytes = config.gpu_memory_utilization * hw.hbm_bytes
+        kv_bytes = self.footprint_bytes - self.step_model.weight_bytes_per_gpu - preset.activation_reserve_bytes
+        self.kv_cache_bytes = max(0.0, kv_bytes)
+        per_block = config.block_size * self.step_model.kv_bytes_per_token_gpu
+        blocks = int(self.kv_cache_bytes // per_block) if per_block else 0
+        if config.num_gpu_blocks_override:
+            blocks = config.num_gpu_blocks_override
+        self.num_gpu_blocks = blocks
+        self.kv = KVCache(blocks, config.block_size, prefix_caching=config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            SchedulerConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_model_len=config.max_model_len,
+                chunked_prefill=config.enable_chunked_prefill,
+                policy=config.scheduling_policy,
+                long_prefill_token_threshold=config.long_prefill_token_threshold,
+            ),
+            self.kv,
+        )
+        self.metrics: MetricsState = new_metrics_state(profile, config.max_model_len, now)
+        self.metrics.cache_config = self._cache_config_labels()
+        self.requests: dict[str, SimRequest] = {}
+        self.dead = False
+        self.death_reason = ""
+        self.sleep_level = 0
+        self.last_defrag = now
+        self.xid_last = 0
+        self.ecc_dbe = 0
+        self.busy = _BusyWindow()
+        self.seen_batch_classes: set[int] = set()
+        self.step_count = 0
+        self.last_progress = now
+        self._ledger_bytes = 0.0
+
+    # ----- start-up -----------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """vLLM's argument checks that fail start-up."""
+        c = self.config
+        if not c.enable_chunked_prefill and c.max_num_batched_tokens < c.max_model_len:
+            raise EngineStartError(
+                f"ValueError: max_num_batched_tokens ({c.max_num_batched_tokens}) is smaller than "
+                f"max_model_len ({c.max_model_len}). This effectively limits the maximum sequence length "
+                "to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+                "max_num_batched_tokens or decrease max_model_len."
+            )
+        if c.max_num_batched_tokens < c.max_num_seqs:
+            raise EngineStartError(
+                f"ValueError: max_num_batched_tokens ({c.max_num_batched_tokens}) must be greater than or "
+                f"equal to max_num_seqs ({c.max_num_seqs})."
+            )
+        if not 0 < c.gpu_memory_utilization <= 1:
+            raise EngineStartError(
+                f"ValueError: GPU memory utilization must be within (0, 1]. Got {c.gpu_memory_utilization}."
+            )
+        if self.kv_cache_bytes <= 0 and not c.num_gpu_blocks_override:
+            raise EngineStartError(
+                "ValueError: No available memory for the cache blocks. Try increasing "
+                "`gpu_memory_utilization` when initializing the engine."
+            )
+        need = math.ceil(c.max_model_len / c.block_size)
+        if self.num_gpu_blocks < need:
+            have_tokens = self.num_gpu_blocks * c.block_size
+            raise EngineStartError(
+                f"ValueError: To serve at least one request with the models's max seq len "
+                f"({c.max_model_len}), ({need * c.block_size * self.step_model.kv_bytes_per_token_gpu / GIB:.2f}"
+                f" GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({self.kv_cache_bytes / GIB:.2f} GiB). Based on the available memory, the estimated maximum "
+                f"model length is {have_tokens}. Try increasing `gpu_memory_utilization` or decreasing "
+                "`max_model_len` when initializing the engine."
+            )
+
+    def claim_gpus(self) -> None:
+        """Reserve gpu_memory_utilization of every GPU, or fail like vLLM's worker does."""
+        hw = self.preset.hardware
+        if self.faults.cuda_oom_at_start:
+            raise EngineStartError(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total "
+                f"capacity of {hw.hbm_bytes / GIB:.2f} GiB of which 1.02 GiB is free."
+            )
+        try:
+            self.ledger.claim(self.owner, self.config.gpus, self.footprint_bytes, hw.hbm_bytes)
+            self._ledger_bytes = self.footprint_bytes
+        except GpuMemoryError as exc:
+            raise EngineStartError(
+                f"ValueError: Free memory on device ({exc.free_bytes / GIB:.2f}/{exc.total_bytes / GIB:.2f} GiB) "
+                f"on startup is less than desired GPU memory utilization "
+                f"({self.config.gpu_memory_utilization}, {self.footprint_bytes / GIB:.2f} GiB). Decrease GPU "
+                "memory utilization or reduce GPU memory used by other processes."
+            ) from None
+
+    def release_gpus(self) -> None:
+        self.ledger.release(self.owner)
+        self._ledger_bytes = 0.0
+
+    def sync_ledger(self, now: float) -> None:
+        """Tell the ledger what this engine holds now (after sleep, wake or fragmentation growth)."""
+        if self.dead:
+            return
+        used = self.fb_used_bytes(now)
+        if abs(used - self._ledger_bytes) > 1 * 1024**2:
+            self.ledger.update(self.owner, used)
+            self._ledger_bytes = used
+
+    def _cache_config_labels(self) -> dict[str, str]:
+        c = self.config
+        return {
+            "block_size": str(c.block_size),
+            "cache_dtype": c.kv_cache_dtype,
+            "calculate_kv_scales": "False",
+            "cpu_offload_gb": "0",
+            "enable_prefix_caching": str(c.enable_prefix_caching),
+            "gpu_memory_utilization": str(c.gpu_memory_utilization),
+            "is_attention_free": "False",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(self.num_gpu_blocks),
+            "num_gpu_blocks_override": str(c.num_gpu_blocks_override),
+            "prefix_caching_hash_algo": "builtin",
+            "sliding_window": "None",
+            "swap_space": "4",
+            "swap_space_bytes": str(4 * GIB),
+        }
+
+    # ----- requests -----------------------------------------------------------------------------
+
+    def sample_output_len(self) -> int:
+        """Tokens until EOS for a request that does not ignore EOS (lognormal, seeded)."""
+        p = self.preset
+        return max(1, round(self.rng.lognormvariate(math.log(p.output_median), p.output_sigma)))
+
+    def frontend_delay(self, prompt_tokens: int) -> float:
+        """Tokenisation and API-server time before the request reaches the engine core."""
+        return (self.preset.frontend_delay_s + prompt_tokens * 1e-6) * self.config.time_scale
+
+    def add_request(self, req: SimRequest, now: float) -> None:
+        """Queue a request that reached the engine core at `now`."""
+        self.requests[req.request_id] = req
+        req.queued_time = now
+        self.scheduler.add(req)
+        self.metrics.params_n.observe(1)
+        self.metrics.params_max_tokens.observe(req.max_tokens)
+        self.metrics.process.cpu_seconds += self.preset.cpu_per_request_s
+        self._update_gauges()
+
+    def abort_request(self, request_id: str, now: float) -> None:
+        """Client went away: free the request and count it as aborted."""
+        req = self.requests.get(request_id)
+        if req is None or req.status is Status.FINISHED:
+            return
+        self._finish(req, now, "abort")
+
+    def has_work(self) -> bool:
+        return bool(self.scheduler.running or self.scheduler.waiting)
+
+    @property
+    def serving(self) -> bool:
+        """Steps can run: alive, awake and not hung."""
+        return not self.dead and self.sleep_level == 0 and not self.faults.hung
+
+    # ----- steps --------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> Step | None:
+        """Form the next batch and its duration, or None when there is nothing to do."""
+        if not self.serving or not self.has_work():
+            return None
+        batch = self.scheduler.schedule()
+        self.metrics.preemptions += len(batch.preempted)
+        if not batch.items:
+            self._update_gauges()
+            return None
+        decode_ctx = 0
+        decodes = 0
+        chunks: list[tuple[int, int]] = []
+        for req, n in batch.items:
+            if req.num_computed >= req.num_prompt and n == 1:
+                decodes += 1
+                decode_ctx += req.num_computed
+            else:
+                chunks.append((n, req.num_computed))
+            req.scheduled_time = now
+            if not req.first_scheduled_time:
+                req.first_scheduled_time = now
+        for req in batch.admitted:
+            if req.prefix_hit_tokens < 0:
+                req.prefix_hit_tokens = req.num_computed
+            self.metrics.record_prefix_lookup(req.num_tokens, req.num_computed, self.config.block_size)
+        cost = self.step_model.cost(decode_ctx, decodes, chunks, penalty=self.memory_growth_ratio(now),
+                                    extra_s=self._cold_start_delay(len(batch.items)))
+        self._update_gauges()
+        return Step(batch, cost, now)
+
+    def _cold_start_delay(self, batch_size: int) -> float:
+        """First steps at a new batch-size class after a (re)start pay kernel warm-up (seed: 1.2 s at 4)."""
+        if self.preset.cold_start_penalty_s <= 0 or self.config.enforce_eager:
+            return 0.0
+        cls = 1 << max(0, (batch_size - 1).bit_length())
+        if cls in self.seen_batch_classes:
+            return 0.0
+        self.seen_batch_classes.add(cls)
+        return self.preset.cold_start_penalty_s * (cls / 4) ** 0.83
+
+    def complete(self, step: Step, now: float) -> None:
+        """Apply a finished step at time `now` (its end): emit tokens, finish requests, record metrics."""
+        self.step_count += 1
+        self.busy.add(now, step.cost)
+        m = self.metrics
+        m.iteration_tokens.observe(step.batch.num_tokens)
+        m.process.cpu_seconds += 2e-4
+        if self.dead:
+            return
+        for req, n in step.batch.items:
+            if req.status is not Status.RUNNING:
+                continue  # finished or aborted during the step
+            req.num_computed += n
+            self.kv.commit_full_blocks(req, req.num_computed)
+            if req.num_computed < req.num_tokens:
+                continue  # a prefill chunk that did not finish the prompt
+            self._emit_token(req, now)
+        self.last_progress = now
+        self._update_gauges()
+
+    def _emit_token(self, req: SimRequest, now: float) -> None:
+        m = self.metrics
+        first = req.output_count == 0
+        req.output_count += 1
+        m.generation_tokens += 1
+        if first:
+            req.first_token_time = now
+            m.prompt_tokens += req.num_prompt
+            cached = max(0, req.prefix_hit_tokens)
+            m.prompt_tokens_cached += cached
+            m.prompt_tokens_computed += req.num_prompt - cached
+            m.ttft.observe(now - req.arrival_time)
+        else:
+            m.itl.observe(now - req.last_token_time)
+        req.last_token_time = now
+        reason: str | None = None
+        if req.output_count >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
+            reason = "length"
+        elif req.output_count >= req.target_output:
+            reason = "stop"
+        if reason is not None:
+            self._finish(req, now, reason, new_tokens=1)
+        elif req.listener is not None:
+            req.listener(req, 1, now)
+
+    def _finish(self, req: SimRequest, now: float, reason: str, error: str | None = None,
+                new_tokens: int = 0) -> None:
+        m = self.metrics
+        self.scheduler.remove(req)
+        self.requests.pop(req.request_id, None)
+        req.finish_reason = reason
+        req.error = error
+        if reason in ("stop", "length", "abort", "error"):
+            m.request_success[reason] += 1
+        if reason in ("stop", "length"):
+            m.e2e.observe(now - req.arrival_time)
+            m.queue.observe(max(0.0, req.scheduled_time - req.queued_time))
+            m.prefill.observe(max(0.0, req.first_token_time - req.scheduled_time))
+            m.decode.observe(max(0.0, now - req.first_token_time))
+            m.inference.observe(max(0.0, now - req.scheduled_time))
+            m.prompt_tokens_hist.observe(req.num_prompt)
+            m.generation_tokens_hist.observe(req.output_count)
+            m.max_num_generation_tokens.observe(req.output_count)
+            m.prefill_kv_computed.observe(req.num_prompt - max(0, req.prefix_hit_tokens))
+            m.num_preemptions_hist.observe(req.num_preemptions)
+            if req.output_count > 1:
+                m.request_tpot.observe((now - req.first_token_time) / (req.output_count - 1))
+        if req.listener is not None:
+            req.listener(req, new_tokens, now)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        m = self.metrics
+        m.running = len(self.scheduler.running)
+        m.waiting = len(self.scheduler.waiting)
+        m.kv_usage = self.kv.usage()
+
+    # ----- admin and faults ---------------------------------------------------------------------
+
+    def kill(self, now: float, reason: str) -> None:
+        """The engine core dies: every in-flight request fails."""
+        if self.dead:
+            return
+        self.dead = True
+        self.death_reason = reason
+        for req in list(self.requests.values()):
+            self._finish(req, now, "error", error="EngineCore encountered an issue. See stack trace (above) "
+                                                   "for the root cause.")
+        self.release_gpus()
+
+    def reset_prefix_cache(self) -> bool:
+        return self.kv.reset_prefix_cache()
+
+    def sleep(self, level: int, now: float) -> float:
+        """Stop scheduling and drop KV (and weights at level 2); returns GiB freed."""
+        if self.sleep_level:
+            return 0.0
+        self.scheduler.preempt_all()
+        self.kv.reset_prefix_cache()
+        self.sleep_level = max(1, level)
+        self.metrics.sleep_level = self.sleep_level
+        before = self._ledger_bytes
+        self.sync_ledger(now)
+        return max(0.0, before - self._ledger_bytes) / GIB
+
+    def wake_up(self, now: float) -> None:
+        """Resume; with sleep mode the allocator was emptied, so fragmentation is gone."""
+        if not self.sleep_level:
+            return
+        self.sleep_level = 0
+        self.metrics.sleep_level = 0
+        if self.config.enable_sleep_mode:
+            self.last_defrag = now
+        self.sync_ledger(now)
+
+    def memory_growth_ratio(self, now: float) -> float:
+        """Memory held beyond the post-warm-up footprint, as a ratio of it (fragmentation)."""
+        rate = self.faults.fragmentation_per_hour
+        if rate <= 0 or self.dead:
+            return 0.0
+        return min(0.6, rate * max(0.0, now - self.last_defrag) / 3600.0)
+
+    def fb_used_bytes(self, now: float) -> float:
+        """Framebuffer this engine holds on each of its GPUs."""
+        if self.dead:
+            return 0.0
+        if self.sleep_level and self.config.enable_sleep_mode:
+            return 0.6 * GIB  # CUDA context only: weights offloaded (level 1) or dropped (2), KV discarded
+        return self.footprint_bytes * (1.0 + self.memory_growth_ratio(now))
+
+    def gpu_readings(self, now: float) -> list[GpuReading]:
+        """What dcgm-exporter would report for this engine's GPUs."""
+        hw = self.preset.hardware
+        util, mem, comp = self.busy.ratios(now)
+        if not self.serving:
+            util = mem = comp = 0.0
+        own = self.fb_used_bytes(now)
+        out = []
+        for gpu in self.config.gpus:
+            others = max(0.0, self.ledger.used(gpu) - self._ledger_bytes)
+            out.append(GpuReading(
+                index=gpu, name=hw.name, uuid=gpu_uuid(gpu), total_bytes=hw.hbm_bytes,
+                used_bytes=min(hw.hbm_bytes, own + others), gpu_util=util, dram_active=mem,
+                tensor_active=comp, power_w=60.0 + (hw.power_max_w - 60.0) * util,
+                temperature_c=32.0 + 40.0 * util, xid_last=self.xid_last, ecc_dbe_total=self.ecc_dbe,
+            ))
+        return out
+
+    def inject_xid(self, code: int, now: float) -> bool:
+        """Record an Xid; fatal classes kill the engine. Returns whether it was fatal."""
+        self.xid_last = code
+        if code == 48:
+            self.ecc_dbe += 1
+        if code in FATAL_XIDS:
+            self.kill(now, f"xid {code}")
+            return True
+        return False
+
+    def check_memory(self, now: float) -> bool:
+        """Fragmentation past the GPU's capacity ends in a runtime CUDA OOM (engine death)."""
+        if self.dead or not self.faults.fragmentation_per_hour:
+            return False
+        hw = self.preset.hardware
+        if self.fb_used_bytes(now) > hw.hbm_bytes * 0.995:
+            self.kill(now, "cuda oom")
+            return True
+        return False

@@ -1,0 +1,204 @@
+"""`doctor sim engine`: run one simulated vLLM engine over HTTP until interrupted."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import uvicorn
+
+from sim.args import EngineArgsError, SimOptions, build_parser, parse_engine_args
+from sim.engine import EngineConfig, EngineCore, EngineStartError
+from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
+from sim.realtime import RealtimeDriver
+from sim.runtime import EngineRuntime
+from sim.server import SimServer, build_dcgm_app
+
+DEATH_SHUTDOWN_DELAY_S = 5.0  # vLLM's watchdog shuts the API server down a few seconds after engine death
+
+
+class LineWriter:
+    """Log sink: each line to a stream (stdout, like vLLM) and optionally appended to a file."""
+
+    def __init__(self, stream: TextIO | None, path: Path | None = None) -> None:
+        self.stream = stream
+        self.file = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115
+        self.lines: list[str] = []
+        self.keep = False
+
+    def __call__(self, lines: list[str]) -> None:
+        text = "".join(line + "\n" for line in lines)
+        if self.stream is not None:
+            self.stream.write(text)
+            self.stream.flush()
+        if self.file is not None:
+            self.file.write(text)
+        if self.keep:
+            self.lines.extend(lines)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Listen socket (port 0 = any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+@dataclass
+class RunningEngine:
+    """Handles on a served engine (for tests and the demo)."""
+
+    runtime: EngineRuntime
+    server: SimServer
+    uvicorn_servers: list[uvicorn.Server] = field(default_factory=list)
+    port: int = 0
+    dcgm_port: int | None = None
+
+    def stop(self) -> None:
+        for s in self.uvicorn_servers:
+            s.should_exit = True
+
+
+async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger, sink: Callable[[list[str]], None],
+                on_ready: Callable[[RunningEngine], None] | None = None,
+                clock: Callable[[], float] = time.time) -> int:
+    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would."""
+    sock = bind_socket(options.host, options.port)
+    port = sock.getsockname()[1]
+    dcgm_sock = bind_socket(options.host, options.dcgm_port) if options.dcgm_port is not None else None
+    owner = f"{options.host}:{port}"
+    core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger, owner=owner,
+                      faults=options.faults)
+    runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
+                            non_default_args=options.non_default_args)
+    try:
+        runtime.start(clock())
+    except EngineStartError:
+        sock.close()
+        return 1
+    driver = RealtimeDriver(runtime, clock)
+    server = SimServer(runtime, driver, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint,
+                       clock=clock)
+    servers = [uvicorn.Server(uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
+                                             timeout_graceful_shutdown=2))]
+    if dcgm_sock is not None:
+        servers.append(uvicorn.Server(uvicorn.Config(build_dcgm_app(core, clock), log_config=None,
+                                                     access_log=False, lifespan="off")))
+    handle = RunningEngine(runtime, server, servers, port,
+                           dcgm_sock.getsockname()[1] if dcgm_sock is not None else None)
+    loop = asyncio.get_running_loop()
+    if not options.keep_alive_on_death:
+
+        def shut_down_later() -> None:
+            loop.call_later(DEATH_SHUTDOWN_DELAY_S, handle.stop)
+
+        driver.on_death = shut_down_later
+    driver_task = asyncio.ensure_future(driver.run())
+    tasks = [asyncio.ensure_future(servers[0].serve(sockets=[sock]))]
+    if dcgm_sock is not None:
+        tasks.append(asyncio.ensure_future(servers[1].serve(sockets=[dcgm_sock])))
+    while not all(s.started for s in servers) and not any(t.done() for t in tasks):
+        await asyncio.sleep(0.01)
+    if on_ready is not None:
+        on_ready(handle)
+    try:
+        await tasks[0]
+    finally:
+        handle.stop()
+        driver.stop()
+        await asyncio.gather(*tasks[1:], driver_task, return_exceptions=True)
+        core.release_gpus()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `doctor sim engine`."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        config, options = parse_engine_args(args)
+    except EngineArgsError as exc:
+        message = str(exc)
+        if message.startswith("doctor sim engine: error"):
+            build_parser().print_usage(sys.stderr)
+        print(message, file=sys.stderr)
+        return 2
+    sink = LineWriter(sys.stdout, options.log_file)
+    ledger: GpuLedger = FileLedger(options.gpu_ledger or default_ledger_path())
+    try:
+        return asyncio.run(serve(config, options, ledger=ledger, sink=sink))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"error: could not listen on {options.host}:{options.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    finally:
+        sink.close()
+
+
+class EngineThread:
+    """A sim engine served from a background thread (tests, the demo)."""
+
+    def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, ledger: GpuLedger | None = None,
+                 echo: bool = False) -> None:
+        config, options = parse_engine_args(argv, env=env or {})
+        if "--host" not in argv:
+            options.host = "127.0.0.1"
+        if "--port" not in argv:
+            options.port = 0
+        self.config, self.options = config, options
+        self.sink = LineWriter(sys.stdout if echo else None, options.log_file)
+        self.sink.keep = True
+        self.ledger = ledger if ledger is not None else MemoryLedger()
+        self.handle: RunningEngine | None = None
+        self.exit_code: int | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="sim-engine")
+
+    def _run(self) -> None:
+        def ready(handle: RunningEngine) -> None:
+            self.handle = handle
+            self._ready.set()
+
+        try:
+            self.exit_code = asyncio.run(serve(self.config, self.options, ledger=self.ledger, sink=self.sink,
+                                               on_ready=ready))
+        finally:
+            self._ready.set()
+
+    def start(self, timeout: float = 30.0) -> EngineThread:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("sim engine did not start in time")
+        if self.handle is None:
+            raise EngineStartError(f"sim engine failed to start (exit {self.exit_code})", self.sink.lines)
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.handle is not None
+        return f"http://{self.options.host}:{self.handle.port}"
+
+    @property
+    def logs(self) -> list[str]:
+        return self.sink.lines
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.handle is not None:
+            self.handle.stop()
+        self._thread.join(timeout)
+        self.sink.close()

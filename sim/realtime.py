@@ -1,0 +1,60 @@
+"""Drive an engine in real time on an asyncio loop: steps take their modelled duration on the wall clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from sim.engine import EngineCore
+from sim.request import SimRequest
+from sim.runtime import EngineRuntime
+
+
+class RealtimeDriver:
+    """Runs steps back to back while there is work, and the runtime's timers when idle."""
+
+    def __init__(self, runtime: EngineRuntime, clock: Callable[[], float] = time.time) -> None:
+        self.runtime = runtime
+        self.clock = clock
+        self._wake = asyncio.Event()
+        self._stopped = False
+        self.on_death: Callable[[], None] | None = None
+
+    @property
+    def core(self) -> EngineCore:
+        return self.runtime.core
+
+    def notify(self) -> None:
+        """Something changed (a request arrived, the engine woke up): re-check now."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    async def add_request(self, req: SimRequest) -> None:
+        """Pass through the frontend (tokenisation time), then queue in the engine core."""
+        await asyncio.sleep(self.core.frontend_delay(req.num_prompt))
+        self.core.add_request(req, self.clock())
+        self.notify()
+
+    async def run(self) -> None:
+        was_dead = False
+        while not self._stopped:
+            now = self.clock()
+            self.runtime.tick(now)
+            if self.core.dead and not was_dead:
+                was_dead = True
+                if self.on_death is not None:
+                    self.on_death()
+            step = self.core.schedule(now)
+            if step is not None:
+                await asyncio.sleep(max(0.0, step.end - self.clock()))
+                self.core.complete(step, self.clock())
+                continue
+            self._wake.clear()
+            timeout = max(0.0, self.runtime.next_deadline() - self.clock())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 1.0))

@@ -1,0 +1,197 @@
+"""An engine with its logs and faults: what both drivers (HTTP real time, in-process virtual time) run.
+
+`EngineRuntime` owns the periodic work that is not a step: the stats log line every 10 s (5 s on
+V0) with vLLM's idle suppression, timed faults, and memory bookkeeping. It writes log lines to a
+sink and never reads a clock.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from sim.engine import EngineCore, EngineStartError
+from sim.faults import TimedFault
+from sim.gpu import GIB
+from sim.logfmt import LogFormatter, StartupInfo, is_zero_interval, should_log_stats
+
+LogSink = Callable[[list[str]], None]
+
+BASE_ROUTES: list[tuple[str, str]] = [
+    ("/openapi.json", "HEAD, GET"), ("/docs", "HEAD, GET"), ("/health", "GET"), ("/load", "GET"),
+    ("/ping", "POST"), ("/ping", "GET"), ("/tokenize", "POST"), ("/detokenize", "POST"),
+    ("/v1/models", "GET"), ("/version", "GET"), ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"), ("/metrics", "GET"),
+]
+DEV_ROUTES: list[tuple[str, str]] = [
+    ("/server_info", "GET"), ("/reset_prefix_cache", "POST"), ("/sleep", "POST"), ("/wake_up", "POST"),
+    ("/is_sleeping", "GET"),
+]
+PAUSE_ROUTES: list[tuple[str, str]] = [("/pause", "POST"), ("/resume", "POST"), ("/is_paused", "GET")]
+
+
+class EngineRuntime:
+    """EngineCore + LogFormatter + faults + periodic stats."""
+
+    def __init__(self, core: EngineCore, sink: LogSink, *, host: str = "0.0.0.0", port: int = 8000,
+                 dev_mode: bool = False, non_default_args: dict[str, object] | None = None,
+                 api_pid: int | None = None) -> None:
+        self.core = core
+        self.sink = sink
+        self.host = host
+        self.port = port
+        self.dev_mode = dev_mode
+        self.non_default_args = non_default_args or {}
+        pid = api_pid if api_pid is not None else os.getpid()
+        self.fmt = LogFormatter(core.profile, api_pid=pid, core_pid=pid + 1)
+        self.started_at = core.started_at
+        self.next_stats = core.started_at + core.profile.stats_interval_s
+        self._last_prompt = 0
+        self._last_gen = 0
+        self._last_preemptions = 0
+        self._prev_zero = True
+        self.paused = False
+
+    # ----- start-up -----------------------------------------------------------------------------
+
+    def routes(self) -> list[tuple[str, str]]:
+        routes = list(BASE_ROUTES)
+        if self.dev_mode:
+            routes += DEV_ROUTES
+        if self.core.profile.pause_endpoints:
+            routes += PAUSE_ROUTES
+        return routes
+
+    def startup_info(self) -> StartupInfo:
+        core, c, p = self.core, self.core.config, self.core.preset
+        return StartupInfo(
+            model=c.model, served_model_name=c.served_model_name if c.served_model_name != c.model else None,
+            host=self.host, port=self.port, max_model_len=c.max_model_len, max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens, gpu_memory_utilization=c.gpu_memory_utilization,
+            tensor_parallel_size=c.tensor_parallel_size, enable_prefix_caching=c.enable_prefix_caching,
+            enable_chunked_prefill=c.enable_chunked_prefill, kv_cache_dtype=c.kv_cache_dtype,
+            quantization=c.quantization, scheduling_policy=c.scheduling_policy,
+            non_default_args=self.non_default_args, num_gpu_blocks=core.num_gpu_blocks,
+            block_size=c.block_size, kv_cache_tokens=core.num_gpu_blocks * c.block_size,
+            weights_gib=core.step_model.weight_bytes_per_gpu / GIB, kv_cache_gib=core.kv_cache_bytes / GIB,
+            load_seconds=p.startup_s * 0.15, init_seconds=p.startup_s, dev_mode=self.dev_mode,
+            routes=self.routes(), architecture=p.model.architecture,
+            gpu_total_gib=p.hardware.hbm_bytes / GIB * 0.99,
+        )
+
+    def start(self, now: float) -> None:
+        """Validate, take the GPUs and print the start-up lines; EngineStartError carries the failure lines."""
+        try:
+            self.core.validate()
+            self.core.claim_gpus()
+        except EngineStartError as exc:
+            c, hw = self.core.config, self.core.preset.hardware
+            text = str(exc)
+            if text.startswith("ValueError: Free memory on device"):
+                used = self.core.ledger.used(c.gpus[0])
+                lines = self.fmt.startup_oom(now, (hw.hbm_bytes - used) / GIB, hw.hbm_bytes / GIB,
+                                             c.gpu_memory_utilization, self.core.footprint_bytes / GIB)
+            else:
+                lines = self.fmt.startup_failure(now, text)
+            self.sink(lines)
+            raise EngineStartError(text, lines) from None
+        info = self.startup_info()
+        # The lines span the modelled start-up; they end now, when the server starts listening.
+        self.sink(self.fmt.startup(now - self.fmt.startup_duration(info), info))
+
+    # ----- periodic work ------------------------------------------------------------------------
+
+    def next_deadline(self) -> float:
+        """When `tick` next has something to do."""
+        nxt = self.next_stats
+        fault_at = self.core.faults.next_at()
+        if fault_at is not None:
+            nxt = min(nxt, self.started_at + fault_at)
+        return nxt
+
+    def tick(self, now: float) -> None:
+        """Fire due faults and the stats line; keep the GPU ledger current."""
+        for fault in self.core.faults.due(now - self.started_at):
+            self.apply_fault(fault, now)
+        if self.core.check_memory(now):
+            self._log_oom_death(now)
+        while now >= self.next_stats:
+            self._log_stats(self.next_stats)
+            self.next_stats += self.core.profile.stats_interval_s
+            self.core.sync_ledger(now)
+
+    def _log_stats(self, now: float) -> None:
+        core, m = self.core, self.core.metrics
+        if core.config.disable_log_stats or core.dead:
+            return
+        interval = core.profile.stats_interval_s
+        prompt_count = m.prompt_tokens_computed if core.profile.prompt_tokens_cached else m.prompt_tokens
+        prompt_tps = (prompt_count - self._last_prompt) / interval
+        gen_tps = (m.generation_tokens - self._last_gen) / interval
+        preemptions = m.preemptions - self._last_preemptions
+        self._last_prompt, self._last_gen, self._last_preemptions = prompt_count, m.generation_tokens, m.preemptions
+        zero = is_zero_interval(prompt_tps, gen_tps)
+        show = should_log_stats(self._prev_zero, zero)
+        self._prev_zero = zero
+        if not show:
+            return
+        hit_rate: float | None = m.prefix_hit_rate_recent() if core.config.enable_prefix_caching else None
+        if core.profile.prefix_hit_only_with_queries and not m.recent_prefix:
+            hit_rate = None
+        device = "CPU" if core.preset.hardware.name == "cpu" else "GPU"
+        self.sink(self.fmt.stats(now, prompt_tps=prompt_tps, gen_tps=gen_tps, running=m.running,
+                                 waiting=m.waiting, kv_usage=m.kv_usage, prefix_hit_rate=hit_rate,
+                                 preemptions_in_interval=preemptions, device=device))
+
+    # ----- faults and admin ---------------------------------------------------------------------
+
+    def apply_fault(self, fault: TimedFault, now: float) -> None:
+        """Make a fault happen now."""
+        core = self.core
+        if fault.kind == "engine-death":
+            self.kill(now, "RuntimeError: CUDA error: an illegal memory access was encountered")
+        elif fault.kind == "hang":
+            core.faults.hung = True
+        elif fault.kind == "fragmentation":
+            core.faults.fragmentation_per_hour = fault.arg
+            core.last_defrag = now
+        elif fault.kind == "slow-metrics":
+            core.faults.slow_metrics_s = fault.arg
+        elif fault.kind == "xid":
+            running, waiting, kv = core.metrics.running, core.metrics.waiting, core.metrics.kv_usage
+            if core.inject_xid(int(fault.arg), now):
+                self.sink(self.fmt.engine_death(now, cause="RuntimeError: CUDA error: unspecified launch failure",
+                                                running=running, waiting=waiting, kv_usage=kv))
+        elif fault.kind == "cuda-oom-start":
+            core.faults.cuda_oom_at_start = True
+
+    def kill(self, now: float, cause: str | None) -> None:
+        """Engine-core death with its log lines."""
+        core = self.core
+        if core.dead:
+            return
+        running, waiting, kv = core.metrics.running, core.metrics.waiting, core.metrics.kv_usage
+        core.kill(now, cause or "killed")
+        self.sink(self.fmt.engine_death(now, cause=cause, running=running, waiting=waiting, kv_usage=kv))
+
+    def _log_oom_death(self, now: float) -> None:
+        core = self.core
+        hw = core.preset.hardware
+        total = hw.hbm_bytes / GIB
+        growth = core.footprint_bytes * 0.6 / GIB
+        self.sink(self.fmt.cuda_oom_runtime(
+            now, tried_gib=1.16, total_gib=total * 0.99, free_gib=0.6, in_use_gib=total * 0.98,
+            allocated_gib=core.footprint_bytes / GIB * 0.9, reserved_unallocated_gib=growth,
+        ))
+
+    def sleep(self, level: int, now: float) -> float:
+        freed = self.core.sleep(level, now)
+        self.sink(self.fmt.sleep(now, level, freed, still_in_use_gib=self.core.fb_used_bytes(now) / GIB))
+        return freed
+
+    def wake_up(self, now: float) -> None:
+        self.core.wake_up(now)
+        self.sink(self.fmt.wake_up(now))
+
+    def access(self, now: float, client: str, method: str, path: str, status: int) -> None:
+        self.sink(self.fmt.access(now, client, method, path, status))

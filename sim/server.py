@@ -1,0 +1,396 @@
+"""The sim engine's HTTP surface: vLLM's OpenAI server routes, /metrics, health and dev endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sim import tokenizer
+from sim.engine import EngineCore
+from sim.exposition import CONTENT_TYPE, render_metrics
+from sim.faults import FaultSpecError, parse_fault
+from sim.gpu import render_dcgm
+from sim.openai_api import (
+    ApiError,
+    GenerationRequest,
+    chat_chunk,
+    completion_chunk,
+    error_body,
+    full_response,
+    models_body,
+    parse_generation,
+    usage,
+)
+from sim.realtime import RealtimeDriver
+from sim.request import SimRequest
+from sim.runtime import EngineRuntime
+
+# prometheus_fastapi_instrumentator does not count these handlers.
+_UNINSTRUMENTED = {"/metrics", "/health", "/load", "/ping", "/version", "/server_info"}
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class AccessLog:
+    """ASGI middleware: uvicorn-style access lines in the profile's format, and http_* metrics."""
+
+    def __init__(self, app: ASGIApp, server: SimServer) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                client = scope.get("client") or ("127.0.0.1", 0)
+                path = scope["path"] + (("?" + scope["query_string"].decode()) if scope.get("query_string")
+                                        else "")
+                self.server.runtime.access(self.server.clock(), f"{client[0]}:{client[1]}", scope["method"],
+                                           path, status)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            handler = scope["path"]
+            if handler not in _UNINSTRUMENTED and self.server.known_route(handler):
+                self.server.core.metrics.record_http(handler, scope["method"], status,
+                                                     time.monotonic() - started)
+
+
+async def _wait_disconnect(request: Request) -> None:
+    """Return when the client goes away (vLLM aborts the request then)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class SimServer:
+    """Routes bound to one engine runtime and its real-time driver."""
+
+    def __init__(self, runtime: EngineRuntime, driver: RealtimeDriver, *, dev_mode: bool,
+                 fault_endpoint: bool = False, clock: Callable[[], float] = time.time) -> None:
+        self.runtime = runtime
+        self.driver = driver
+        self.dev_mode = dev_mode
+        self.fault_endpoint = fault_endpoint
+        self.clock = clock
+        self.paused = False
+        self.app = self._build_app()
+
+    @property
+    def core(self) -> EngineCore:
+        return self.runtime.core
+
+    # ----- plumbing -----------------------------------------------------------------------------
+
+    def known_route(self, path: str) -> bool:
+        return any(getattr(r, "path", None) == path for r in self.app.routes)
+
+    def _error(self, err: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(self.core.profile, err), status_code=err.status)
+
+    def _dead_error(self) -> ApiError:
+        if self.core.profile.name == "0.33":
+            return ApiError(500, "The server had an error while processing your request.",
+                            "InternalServerError")
+        return ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                        "InternalServerError")
+
+    def _build_app(self) -> Starlette:
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/ping", self.health, methods=["GET", "POST"]),
+            Route("/version", self.version, methods=["GET"]),
+            Route("/load", self.load, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/tokenize", self.tokenize, methods=["POST"]),
+            Route("/detokenize", self.detokenize, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+        ]
+        if self.dev_mode:
+            routes += [
+                Route("/server_info", self.server_info, methods=["GET"]),
+                Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]),
+                Route("/sleep", self.sleep, methods=["POST"]),
+                Route("/wake_up", self.wake_up, methods=["POST"]),
+                Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
+            ]
+        if self.core.profile.pause_endpoints:
+            routes += [
+                Route("/pause", self.pause, methods=["POST"]),
+                Route("/resume", self.resume, methods=["POST"]),
+                Route("/is_paused", self.is_paused, methods=["GET"]),
+            ]
+        if self.fault_endpoint:
+            routes.append(Route("/sim/fault", self.fault, methods=["POST"]))
+
+        async def http_error(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, HTTPException)
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code)
+
+        app = Starlette(routes=routes, exception_handlers={HTTPException: http_error})
+        app.add_middleware(AccessLog, server=self)
+        return app
+
+    async def _json(self, request: Request) -> Any:
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(413, f"Request body too large ({len(raw)} bytes; the limit is {MAX_BODY_BYTES}).")
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"JSON decode error: {exc}") from None
+
+    # ----- plain endpoints ----------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        if self.core.dead:
+            return Response(status_code=self.core.profile.health_dead_status)
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": self.core.profile.version})
+
+    async def load(self, request: Request) -> Response:
+        return JSONResponse({"server_load": len(self.core.requests)})
+
+    async def metrics(self, request: Request) -> Response:
+        delay = self.core.faults.slow_metrics_s
+        if delay:
+            await asyncio.sleep(delay)
+        core = self.core
+        body = render_metrics(core.profile, core.metrics, model_name=core.config.served_model_name,
+                              stats_enabled=not core.config.disable_log_stats)
+        return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE})
+
+    async def models(self, request: Request) -> Response:
+        c = self.core.config
+        return JSONResponse(models_body(c.served_model_name, c.model, c.max_model_len,
+                                        int(self.runtime.started_at)))
+
+    async def tokenize(self, request: Request) -> Response:
+        try:
+            body = await self._json(request)
+            if not isinstance(body, dict):
+                raise ApiError(400, "Input should be a valid dictionary")
+            if "messages" in body and isinstance(body["messages"], list):
+                ids = tokenizer.encode_chat(body["messages"])
+            elif isinstance(body.get("prompt"), str):
+                ids = tokenizer.encode(body["prompt"])
+            else:
+                raise ApiError(400, "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]")
+        except ApiError as err:
+            return self._error(err)
+        return JSONResponse({"count": len(ids), "max_model_len": self.core.config.max_model_len,
+                             "tokens": ids, "token_strs": None})
+
+    async def detokenize(self, request: Request) -> Response:
+        try:
+            body = await self._json(request)
+            tokens = body.get("tokens") if isinstance(body, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                raise ApiError(400, "tokens: Input should be a valid list of integers")
+        except ApiError as err:
+            return self._error(err)
+        return JSONResponse({"prompt": tokenizer.decode(tokens)})
+
+    # ----- generation ---------------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, "completions")
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, "chat")
+
+    async def _generate(self, request: Request, kind: str) -> Response:
+        core = self.core
+        try:
+            body = await self._json(request)
+            if core.dead:
+                raise self._dead_error()
+            g = parse_generation(kind, body, served_name=core.config.served_model_name,
+                                 model_path=core.config.model, max_model_len=core.config.max_model_len,
+                                 profile=core.profile, priority_enabled=core.config.scheduling_policy == "priority")
+        except ApiError as err:
+            return self._error(err)
+        prefix = "cmpl-" if kind == "completions" else "chatcmpl-"
+        req_id = prefix + uuid.uuid4().hex
+        queue: asyncio.Queue[tuple[int, str | None]] = asyncio.Queue()
+
+        def listener(req: SimRequest, new_tokens: int, now: float) -> None:
+            queue.put_nowait((new_tokens, req.finish_reason))
+
+        target = g.max_tokens if g.ignore_eos else core.sample_output_len()
+        sim_req = SimRequest(req_id, g.prompt_ids, max_tokens=g.max_tokens, target_output=target,
+                             arrival_time=self.clock(), priority=g.priority,
+                             output_seed=uuid.UUID(req_id[len(prefix):]).int % 1_000_000, listener=listener)
+        admit = asyncio.ensure_future(self.driver.add_request(sim_req))
+        if g.stream:
+            return StreamingResponse(self._stream(g, sim_req, queue, admit, kind),
+                                     media_type="text/event-stream")
+        return await self._collect(request, g, sim_req, queue, admit, kind)
+
+    def _abort(self, sim_req: SimRequest, admit: asyncio.Future[None]) -> None:
+        if not admit.done():
+            admit.cancel()
+        if sim_req.finish_reason is None:
+            self.core.abort_request(sim_req.request_id, self.clock())
+            self.driver.notify()
+
+    async def _collect(self, request: Request, g: GenerationRequest, sim_req: SimRequest,
+                       queue: asyncio.Queue[tuple[int, str | None]], admit: asyncio.Future[None],
+                       kind: str) -> Response:
+        disconnect = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            while sim_req.finish_reason is None:
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    self._abort(sim_req, admit)
+                    return Response(status_code=499)
+        finally:
+            disconnect.cancel()
+        if sim_req.finish_reason == "error":
+            return self._error(self._dead_error())
+        text = tokenizer.decode([sim_req.output_token_id(i) for i in range(sim_req.output_count)])
+        return JSONResponse(full_response(kind, sim_req.request_id, int(sim_req.arrival_time), g.model, text,
+                                          sim_req.finish_reason, sim_req.num_prompt, sim_req.output_count))
+
+    async def _stream(self, g: GenerationRequest, sim_req: SimRequest,
+                      queue: asyncio.Queue[tuple[int, str | None]], admit: asyncio.Future[None],
+                      kind: str) -> AsyncIterator[str]:
+        created = int(sim_req.arrival_time)
+        sent = 0
+        try:
+            if kind == "chat":
+                first = chat_chunk(sim_req.request_id, created, g.model, {"role": "assistant", "content": ""},
+                                   None)
+                yield f"data: {json.dumps(first)}\n\n"
+            while True:
+                _, finish = await queue.get()
+                if finish == "error":
+                    yield f"data: {json.dumps(error_body(self.core.profile, self._dead_error()))}\n\n"
+                    break
+                text = "".join(tokenizer.token_text(sim_req.output_token_id(i))
+                               for i in range(sent, sim_req.output_count))
+                sent = sim_req.output_count
+                if not text and finish is None:
+                    continue
+                if kind == "completions":
+                    chunk = completion_chunk(sim_req.request_id, created, g.model, text, finish)
+                else:
+                    chunk = chat_chunk(sim_req.request_id, created, g.model, {"content": text}, finish)
+                yield f"data: {json.dumps(chunk)}\n\n"
+                if finish is not None:
+                    if g.include_usage:
+                        tail: dict[str, Any] = {
+                            "id": sim_req.request_id,
+                            "object": "text_completion" if kind == "completions" else "chat.completion.chunk",
+                            "created": created, "model": g.model, "choices": [],
+                            "usage": usage(sim_req.num_prompt, sim_req.output_count)}
+                        yield f"data: {json.dumps(tail)}\n\n"
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            self._abort(sim_req, admit)
+
+    # ----- dev-mode and admin -------------------------------------------------------------------
+
+    async def server_info(self, request: Request) -> Response:
+        c = self.core.config
+        cfg = {k: getattr(c, k) for k in c.__dataclass_fields__}
+        cfg["gpus"] = list(c.gpus)
+        if self.core.profile.name in ("0.6", "0.8", "0.10", "0.10-v0"):
+            return JSONResponse({"vllm_config": ", ".join(f"{k}={v!r}" for k, v in cfg.items())})
+        if request.query_params.get("config_format") == "json":
+            return JSONResponse({"vllm_config": cfg})
+        return JSONResponse({"vllm_config": str(cfg)})
+
+    async def reset_prefix_cache(self, request: Request) -> Response:
+        self.core.reset_prefix_cache()
+        return Response(status_code=200)
+
+    async def sleep(self, request: Request) -> Response:
+        try:
+            level = int(request.query_params.get("level", "1"))
+        except ValueError:
+            return self._error(ApiError(400, "level must be an integer"))
+        self.runtime.sleep(level, self.clock())
+        if self.core.profile.sleep_returns_body:
+            return JSONResponse({"status": "sleeping", "level": level})
+        return Response(status_code=200)
+
+    async def wake_up(self, request: Request) -> Response:
+        self.runtime.wake_up(self.clock())
+        self.driver.notify()
+        if self.core.profile.sleep_returns_body:
+            return JSONResponse({"status": "awake", "tags": request.query_params.getlist("tags") or None})
+        return Response(status_code=200)
+
+    async def is_sleeping(self, request: Request) -> Response:
+        return JSONResponse({"is_sleeping": bool(self.core.sleep_level)})
+
+    async def pause(self, request: Request) -> Response:
+        self.core.faults.hung = True
+        self.paused = True
+        return JSONResponse({"status": "paused"})
+
+    async def resume(self, request: Request) -> Response:
+        if self.paused:
+            self.core.faults.hung = False
+            self.paused = False
+            self.driver.notify()
+        return JSONResponse({"status": "resumed"})
+
+    async def is_paused(self, request: Request) -> Response:
+        return JSONResponse({"is_paused": self.paused})
+
+    async def fault(self, request: Request) -> Response:
+        """POST /sim/fault {"fault": "KIND[:ARG]"}: inject a fault now (sim only, off by default)."""
+        try:
+            body = await self._json(request)
+            spec = body.get("fault") if isinstance(body, dict) else None
+            if not isinstance(spec, str):
+                raise ApiError(400, 'expected {"fault": "KIND[:ARG]"}')
+            fault = parse_fault(spec)
+        except ApiError as err:
+            return self._error(err)
+        except FaultSpecError as exc:
+            return self._error(ApiError(400, str(exc)))
+        self.runtime.apply_fault(fault, self.clock())
+        self.driver.notify()
+        return JSONResponse({"applied": fault.kind, "arg": fault.arg})
+
+
+def build_dcgm_app(core: EngineCore, clock: Callable[[], float] = time.time) -> Starlette:
+    """dcgm-exporter's /metrics for the engine's simulated GPUs."""
+
+    async def metrics(request: Request) -> Response:
+        return Response(render_dcgm(core.gpu_readings(clock())), media_type="text/plain; version=0.0.4")
+
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+
