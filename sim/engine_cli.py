@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import socket
 import sys
 import threading
@@ -22,6 +24,13 @@ from sim.runtime import EngineRuntime
 from sim.server import SimServer, build_dcgm_app
 
 DEATH_SHUTDOWN_DELAY_S = 5.0  # vLLM's watchdog shuts the API server down a few seconds after engine death
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal capture: `serve` handles SIGINT/SIGTERM and releases the GPUs."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
+        return contextlib.nullcontext()
 
 
 class LineWriter:
@@ -94,14 +103,18 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
     driver = RealtimeDriver(runtime, clock)
     server = SimServer(runtime, driver, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint,
                        clock=clock)
-    servers = [uvicorn.Server(uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
-                                             timeout_graceful_shutdown=2))]
+    app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2)
+    servers: list[uvicorn.Server] = [_Server(app_config)]
     if dcgm_sock is not None:
-        servers.append(uvicorn.Server(uvicorn.Config(build_dcgm_app(core, clock), log_config=None,
+        servers.append(_Server(uvicorn.Config(build_dcgm_app(core, clock), log_config=None,
                                                      access_log=False, lifespan="off")))
     handle = RunningEngine(runtime, server, servers, port,
                            dcgm_sock.getsockname()[1] if dcgm_sock is not None else None)
     loop = asyncio.get_running_loop()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, handle.stop)
     if not options.keep_alive_on_death:
 
         def shut_down_later() -> None:
