@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.faults import FaultPlan
@@ -79,8 +80,10 @@ class _BusyWindow:
 
     steps: deque[tuple[float, float, float, float]] = field(default_factory=deque)  # end, dur, mem, comp
 
-    def add(self, end: float, cost: StepCost) -> None:
+    def add(self, end: float, cost: StepCost, keep_s: float = 5.0) -> None:
         self.steps.append((end, cost.duration_s, cost.memory_busy_s, cost.compute_busy_s))
+        while self.steps and self.steps[0][0] < end - keep_s:
+            self.steps.popleft()
 
     def ratios(self, now: float, window: float = 1.0) -> tuple[float, float, float]:
         while self.steps and self.steps[0][0] < now - window:
@@ -154,6 +157,8 @@ class EngineCore:
         self.step_count = 0
         self.last_progress = now
         self._ledger_bytes = 0.0
+        # Optional hook called with (end time, cost) after every step (benchmarks record step history).
+        self.step_observer: Callable[[float, StepCost], None] | None = None
 
     # ----- start-up -----------------------------------------------------------------------------
 
@@ -326,6 +331,8 @@ class EngineCore:
         """Apply a finished step at time `now` (its end): emit tokens, finish requests, record metrics."""
         self.step_count += 1
         self.busy.add(now, step.cost)
+        if self.step_observer is not None:
+            self.step_observer(now, step.cost)
         m = self.metrics
         m.iteration_tokens.observe(step.batch.num_tokens)
         m.process.cpu_seconds += 2e-4
