@@ -305,10 +305,12 @@ class EngineCore:
                 decode_ctx += req.num_computed
             else:
                 chunks.append((n, req.num_computed))
+        for req in batch.admitted:
+            # vLLM's SCHEDULED event: admission from waiting (again after a preemption); queue and
+            # prefill intervals use the most recent one.
             req.scheduled_time = now
             if not req.first_scheduled_time:
                 req.first_scheduled_time = now
-        for req in batch.admitted:
             if req.prefix_hit_tokens < 0:
                 req.prefix_hit_tokens = req.num_computed
             self.metrics.record_prefix_lookup(req.num_tokens, req.num_computed, self.config.block_size)

@@ -322,13 +322,24 @@ class SimServer:
 
     async def server_info(self, request: Request) -> Response:
         c = self.core.config
-        cfg = {k: getattr(c, k) for k in c.__dataclass_fields__}
-        cfg["gpus"] = list(c.gpus)
-        if self.core.profile.name in ("0.6", "0.8", "0.10", "0.10-v0"):
-            return JSONResponse({"vllm_config": ", ".join(f"{k}={v!r}" for k, v in cfg.items())})
-        if request.query_params.get("config_format") == "json":
-            return JSONResponse({"vllm_config": cfg})
-        return JSONResponse({"vllm_config": str(cfg)})
+        cfg: dict[str, dict[str, Any]] = {
+            "model_config": {"model": c.model, "served_model_name": c.served_model_name,
+                             "max_model_len": c.max_model_len, "quantization": c.quantization, "seed": c.seed},
+            "cache_config": {"block_size": c.block_size, "gpu_memory_utilization": c.gpu_memory_utilization,
+                             "cache_dtype": c.kv_cache_dtype, "enable_prefix_caching": c.enable_prefix_caching,
+                             "num_gpu_blocks": self.core.num_gpu_blocks},
+            "parallel_config": {"tensor_parallel_size": c.tensor_parallel_size},
+            "scheduler_config": {"max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
+                                 "max_model_len": c.max_model_len, "policy": c.scheduling_policy,
+                                 "chunked_prefill_enabled": c.enable_chunked_prefill,
+                                 "long_prefill_token_threshold": c.long_prefill_token_threshold},
+        }
+        if self.core.profile.name in ("0.6", "0.8", "0.10", "0.10-v0") or \
+                request.query_params.get("config_format") != "json":
+            text = ", ".join(f"{section}={type(section).__name__}({', '.join(f'{k}={v!r}' for k, v in d.items())})"
+                             for section, d in cfg.items())
+            return JSONResponse({"vllm_config": text})
+        return JSONResponse({"vllm_config": cfg})
 
     async def reset_prefix_cache(self, request: Request) -> Response:
         self.core.reset_prefix_cache()

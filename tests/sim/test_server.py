@@ -163,7 +163,7 @@ def test_dev_endpoints_only_in_dev_mode() -> None:
         assert c.get("/is_sleeping").json() == {"is_sleeping": False}
         assert any("Sleep mode freed" in line for line in eng.logs)
         info = c.get("/server_info?config_format=json").json()["vllm_config"]
-        assert info["max_num_seqs"] == 256
+        assert info["scheduler_config"]["max_num_seqs"] == 256
 
 
 def test_engine_death_over_http() -> None:
