@@ -8,6 +8,7 @@ from collections.abc import Callable
 USAGE = """usage: doctor <command> [options]
 
 commands:
+  diagnose             read the engines and report what they show (exit 0/1/2, 3 = could not)
   demo                 hot and cold sim engines with load, and what the doctor sees
   sim engine MODEL ... a simulated vLLM engine (flags as `vllm serve`, plus sim flags)
   sim load --url URL   a workload against the sim or a real vLLM (like `vllm bench serve`)
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = args[0], args[1:]
     if cmd == "sim":
         return _sim(rest)
+    if cmd == "diagnose":
+        from doctor.diagnose import main as diagnose_main
+
+        return diagnose_main(rest)
     if cmd == "demo":
         from doctor.demo import main as demo_main
 

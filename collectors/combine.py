@@ -1,0 +1,179 @@
+"""Put one engine's reads together: health, version profile, metric signals, GPU, host and log events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from collectors.derive import derive_metrics_signals
+from collectors.names import Detection, detect_profile
+from collectors.scrape import has_engine_label
+from collectors.types import SIGNAL_NAMES, EngineConfigView, Event, HealthState, Sample, Signals
+
+
+@dataclass
+class EngineReading:
+    """Everything read about one engine during one run of the doctor."""
+
+    name: str
+    role: str | None
+    url: str
+    samples: list[Sample] = field(default_factory=list)
+    gpu_values: Mapping[str, float | None] = field(default_factory=dict)
+    gpu_reasons: Mapping[str, str] = field(default_factory=dict)
+    host_values: Mapping[str, float | None] = field(default_factory=dict)
+    host_reasons: Mapping[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    config: EngineConfigView = field(default_factory=EngineConfigView)
+    errors_extra: list[str] = field(default_factory=list)  # problems of sources other than HTTP samples
+
+    def of(self, source: str) -> list[Sample]:
+        return [s for s in self.samples if s.source == source]
+
+    def last_ok(self, source: str) -> Sample | None:
+        ok = [s for s in self.of(source) if s.error is None]
+        return ok[-1] if ok else None
+
+    def errors(self) -> list[str]:
+        return [f"{s.source}: {s.error}" for s in self.samples if s.error] + self.errors_extra
+
+
+def health_of(reading: EngineReading, dead_from_logs: bool) -> tuple[HealthState, int | None]:
+    """ok when /health answered 200 (and no death in the logs), unhealthy on any other answer."""
+    sample = reading.last_ok("health")
+    if sample is None:
+        return "unreachable", None
+    status = int(sample.data.get("status", 0))
+    if status == 200 and not dead_from_logs:
+        return "ok", status
+    return "unhealthy", status
+
+
+def detection_of(reading: EngineReading) -> Detection:
+    version = reading.last_ok("version")
+    metrics = reading.last_ok("metrics")
+    names = metrics.metrics.names_seen if metrics and metrics.metrics else frozenset()
+    engine_label = has_engine_label(metrics.metrics) if metrics and metrics.metrics else None
+    return detect_profile(version.data.get("version") if version else None, names, has_engine_label=engine_label)
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _from_events(events: Sequence[Event], key: str) -> int | None:
+    """The newest start-up log line that revealed `key` (directly or in its non-default args)."""
+    for event in reversed(events):
+        if event.kind != "startup_config":
+            continue
+        for where in (event.details, *(v for v in event.details.values() if isinstance(v, Mapping))):
+            value = _as_int(where.get(key))
+            if value is not None:
+                return value
+    return None
+
+
+def config_of(reading: EngineReading) -> EngineConfigView:
+    """Known limits, first found wins: given config, /server_info, start-up log lines, /v1/models, cache_config_info."""
+    cfg = reading.config
+    info = reading.last_ok("server_info")
+    server = dict(info.data) if info else {}
+    models = reading.last_ok("models")
+    metrics = reading.last_ok("metrics")
+    cache = metrics.metrics.info.get("cache_config", {}) if metrics and metrics.metrics else {}
+
+    def pick(key: str, *more: Any) -> int | None:
+        for value in (getattr(cfg, key), server.get(key), _from_events(reading.events, key), *more):
+            as_int = _as_int(value)
+            if as_int is not None:
+                return as_int
+        return None
+
+    return EngineConfigView(
+        max_num_seqs=pick("max_num_seqs"),
+        max_num_batched_tokens=pick("max_num_batched_tokens"),
+        max_model_len=pick("max_model_len", models.data.get("max_model_len") if models else None),
+        num_gpu_blocks=pick("num_gpu_blocks", cache.get("num_gpu_blocks")),
+        block_size=pick("block_size", cache.get("block_size")),
+        router_max_in_flight=cfg.router_max_in_flight,
+    )
+
+
+def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens: int = 5120,
+                  very_long_prompt_tokens: int = 8192) -> Signals:
+    """The Signals of one engine from its samples, in the report's shape."""
+    values: dict[str, float | None] = {}
+    reasons: dict[str, str] = {}
+    metrics = [s for s in reading.of("metrics") if s.error is None and s.metrics is not None]
+    failed = [s for s in reading.of("metrics") if s.error]
+    config = config_of(reading)
+    if len(metrics) >= 2:
+        prev, cur = metrics[0].metrics, metrics[-1].metrics
+        assert prev is not None and cur is not None
+        v, r = derive_metrics_signals(prev, cur, config, long_prompt_tokens=long_prompt_tokens,
+                                      very_long_prompt_tokens=very_long_prompt_tokens)
+        values.update(v)
+        reasons.update(r)
+    elif len(metrics) == 1:
+        snap = metrics[0].metrics
+        assert snap is not None
+        v, r = derive_metrics_signals(snap, snap, config, long_prompt_tokens=long_prompt_tokens,
+                                      very_long_prompt_tokens=very_long_prompt_tokens)
+        values.update(v)
+        reasons.update(r)
+        for name in SIGNAL_NAMES:
+            if name not in ("running", "waiting", "kv_cache_usage", "uptime_s", "process_rss_bytes"):
+                values.pop(name, None)
+                reasons.setdefault(name, "only one /metrics read succeeded: rates and quantiles need two")
+    else:
+        why = failed[-1].error if failed else "/metrics was not read"
+        for name in SIGNAL_NAMES:
+            reasons[name] = why or "no /metrics"
+    if metrics and metrics[-1].metrics is not None and not metrics[-1].metrics.stats_enabled:
+        reasons["stats"] = "no vllm: metrics exposed: the engine runs with --disable-log-stats (not idle)"
+    for source_values, source_reasons in ((reading.gpu_values, reading.gpu_reasons),
+                                          (reading.host_values, reading.host_reasons)):
+        for k, val in source_values.items():
+            if values.get(k) is None:  # the engine's own metrics win (process_* works for remote engines)
+                values[k] = val
+        for k, why in source_reasons.items():
+            if values.get(k) is None:
+                reasons[k] = why
+    for name in SIGNAL_NAMES:
+        if values.get(name) is None and name not in reasons:
+            reasons[name] = "no source gave it"
+    dead = any(e.kind == "engine_death" for e in reading.events)
+    health, status = health_of(reading, dead)
+    return Signals(engine=reading.name, window_s=window_s, health=health, health_status=status,
+                   values=values, reasons=reasons, events=tuple(reading.events))
+
+
+def is_reachable(reading: EngineReading) -> bool:
+    """The doctor could read the engine's /metrics (a hung /metrics counts as unreachable)."""
+    return reading.last_ok("metrics") is not None
+
+
+def describe(reading: EngineReading, signals: Signals, detection: Detection) -> dict[str, Any]:
+    """The per-engine object of the report."""
+    return {
+        "name": reading.name,
+        "role": reading.role,
+        "url": reading.url,
+        "reachable": is_reachable(reading),
+        "version": detection.version,
+        "version_profile": detection.profile,
+        "version_detection": detection.reason,
+        "engine_generation": detection.engine_generation,
+        "signals": signals.to_dict(),
+        "events": [e.to_dict() for e in signals.events],
+        "errors": reading.errors(),
+    }
+
+
+def merge_events(events: Sequence[Event], limit: int = 200) -> list[Event]:
+    """Newest last, bounded."""
+    return sorted(events, key=lambda e: e.timestamp)[-limit:]

@@ -1,0 +1,453 @@
+"""Signals from two metrics snapshots: counter rates, gauges and histogram quantiles over the window.
+
+Counter resets (an engine restart: a counter lower than before) never give negative rates: the new
+value is taken as the delta since the reset (Prometheus `rate()` semantics) and `reasons["counter_reset"]`
+says so. Quantiles follow Prometheus `histogram_quantile` on the bucket deltas.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from collectors.scrape import engine_count
+from collectors.types import EngineConfigView, HistogramData, MetricsSnapshot
+
+Values = dict[str, float | None]
+Reasons = dict[str, str]
+
+METRICS_SIGNALS: tuple[str, ...] = (
+    "uptime_s", "qps", "prompt_tokens_per_s", "generation_tokens_per_s", "running", "waiting",
+    "batch_utilization", "token_budget_utilization", "kv_cache_usage", "prefix_cache_hit_rate",
+    "preemptions_per_s",
+    "p50_e2e_s", "p95_e2e_s", "p99_e2e_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s",
+    "p50_itl_s", "p95_itl_s", "p99_itl_s", "p50_queue_s", "p95_queue_s", "p99_queue_s",
+    "p50_prefill_s", "p95_prefill_s", "p99_prefill_s",
+    "itl_cv", "prefill_s_per_token", "long_prompt_share", "very_long_prompt_share", "error_rate", "abort_rate",
+    "process_cpu", "process_rss_bytes",
+)
+QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+LATENCIES: tuple[str, ...] = ("e2e", "ttft", "itl", "queue", "prefill")
+ONE_SAMPLE = "one sample: rates need two"
+_STATS_OFF = "engine stats disabled (--disable-log-stats): no vllm: metrics exposed"
+_GAUGE_NAMES = {"running": "num_requests_running", "waiting": "num_requests_waiting"}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> tuple[float, int] | None:
+    """Prometheus histogram_quantile: (value, bucket index) or None without observations.
+
+    Linear interpolation inside the bucket; the first bucket starts at 0 (when its bound is positive);
+    a rank in the +Inf bucket returns the highest finite bound (index = the +Inf bucket).
+    """
+    if len(bounds) < 2 or not cumulative or cumulative[-1] <= 0:
+        return None
+    fixed: list[float] = []
+    running = 0.0
+    for c in cumulative:  # Prometheus forces monotonic cumulative counts
+        running = max(running, c)
+        fixed.append(running)
+    total = fixed[-1]
+    rank = q * total
+    b = 0
+    last = len(bounds) - 1
+    while b < last and fixed[b] < rank:
+        b += 1
+    if b == last and math.isinf(bounds[b]):
+        return bounds[last - 1], b
+    upper = bounds[b]
+    if b == 0:
+        if upper <= 0:
+            return upper, b
+        lower, below = 0.0, 0.0
+    else:
+        lower, below = bounds[b - 1], fixed[b - 1]
+    inside = fixed[b] - below
+    if inside <= 0:
+        return upper, b
+    return min(upper, lower + (upper - lower) * (rank - below) / inside), b
+
+
+class _Deriver:
+    def __init__(self, prev: MetricsSnapshot | None, cur: MetricsSnapshot, long_tokens: float,
+                 very_long_tokens: float) -> None:
+        self.long_tokens = long_tokens
+        self.very_long_tokens = very_long_tokens
+        self.prev = prev
+        self.cur = cur
+        self.values: Values = {}
+        self.reasons: Reasons = {}
+        self.resets: list[str] = []
+        self.window = None if prev is None else cur.timestamp - prev.timestamp
+
+    def none(self, name: str, why: str) -> None:
+        self.values[name] = None
+        self.reasons[name] = why
+
+    def rate_problem(self) -> str | None:
+        if self.window is None:
+            return ONE_SAMPLE
+        if self.window <= 0:
+            return f"window length is {_fmt(self.window)} s (samples out of order or repeated): no rates"
+        return None
+
+    def delta(self, key: str) -> float | None:
+        """Counter increase over the window; None when the counter is in neither snapshot."""
+        assert self.prev is not None
+        now = self.cur.counters.get(key)
+        before = self.prev.counters.get(key)
+        if now is None and before is None:
+            return None
+        if (now is not None and math.isnan(now)) or (before is not None and math.isnan(before)):
+            return None
+        if now is None:  # the series vanished: a restart that has not re-created it yet
+            self.resets.append(f"{key} {_fmt(before or 0.0)} -> absent")
+            return 0.0
+        if before is None:  # created in the window (V0 creates label children lazily)
+            return now
+        if now < before:
+            self.resets.append(f"{key} {_fmt(before)} -> {_fmt(now)}")
+            return now
+        return now - before
+
+    def delta_group(self, base: str) -> dict[str, float]:
+        """Deltas of every `base{label}` counter present in either snapshot."""
+        assert self.prev is not None
+        prefix = base + "{"
+        keys = {k for k in self.cur.counters if k.startswith(prefix)}
+        keys |= {k for k in self.prev.counters if k.startswith(prefix)}
+        out: dict[str, float] = {}
+        for k in sorted(keys):
+            d = self.delta(k)
+            if d is not None:
+                out[k[len(prefix):-1]] = d
+        return out
+
+    def hist_delta(self, name: str) -> HistogramData | None:
+        """Bucket deltas over the window (with one sample: the histogram since start)."""
+        now = self.cur.histograms.get(name)
+        if now is None or self.prev is None:
+            return now
+        before = self.prev.histograms.get(name)
+        if before is None:
+            return now
+        if before.bounds != now.bounds:
+            self.resets.append(f"{name} buckets changed (restart with new bounds)")
+            return now
+        cum = tuple(a - b for a, b in zip(now.cumulative, before.cumulative, strict=True))
+        if now.count < before.count or any(c < 0 for c in cum):
+            self.resets.append(f"{name} count {_fmt(before.count)} -> {_fmt(now.count)}")
+            return now
+        return HistogramData(now.bounds, cum, now.sum - before.sum, now.count - before.count)
+
+
+def _gauges(d: _Deriver, config: EngineConfigView) -> None:
+    cur = d.cur
+    start = cur.gauges.get("process_start_time")
+    if start is None:
+        d.none("uptime_s", "no process_start_time_seconds (multiprocess mode or V0 frontend)")
+    else:
+        d.values["uptime_s"] = max(0.0, cur.timestamp - start)
+    rss = cur.gauges.get("process_rss_bytes")
+    if rss is None:
+        d.none("process_rss_bytes", "no process_resident_memory_bytes in the scrape (multiprocess mode)")
+    else:
+        d.values["process_rss_bytes"] = rss
+    if not cur.stats_enabled:
+        for name in ("running", "waiting", "kv_cache_usage"):
+            d.none(name, _STATS_OFF)
+        return
+    for name, exposed in _GAUGE_NAMES.items():
+        value = cur.gauges.get(name)
+        if value is None:
+            d.none(name, f"vllm:{exposed} not in the scrape")
+        else:
+            d.values[name] = value
+    kv = cur.gauges.get("kv_cache_usage")
+    if kv is None:
+        d.none("kv_cache_usage", "neither vllm:kv_cache_usage_perc nor vllm:gpu_cache_usage_perc in the scrape")
+    else:
+        d.values["kv_cache_usage"] = kv
+
+
+def _prefix_v0_gauge(d: _Deriver) -> bool:
+    gauge = d.cur.gauges.get("prefix_cache_hit_rate_v0")
+    if gauge is None:
+        return False
+    if gauge < 0:
+        d.none("prefix_cache_hit_rate", "prefix caching is off (V0 gauge reports -1)")
+    else:
+        d.values["prefix_cache_hit_rate"] = gauge
+        d.reasons["prefix_cache_hit_rate"] = "V0 gauge vllm:gpu_prefix_cache_hit_rate: block hit rate since start"
+    return True
+
+
+def _rates(d: _Deriver, config: EngineConfigView) -> None:
+    window = d.window
+    assert window is not None and window > 0
+    cur = d.cur
+    cpu = d.delta("process_cpu_seconds")
+    if cpu is None:
+        d.none("process_cpu", "no process_cpu_seconds_total in the scrape (multiprocess mode)")
+    else:
+        d.values["process_cpu"] = cpu / window
+    if not cur.stats_enabled:
+        for name in METRICS_SIGNALS:
+            if name not in d.values:
+                d.none(name, _STATS_OFF)
+        return
+    finished = d.delta_group("request_success")
+    total = sum(finished.values())
+    if finished:
+        d.values["qps"] = total / window
+    else:
+        d.none("qps", "no vllm:request_success_total series (no request has finished since start)")
+    for name, key, exposed in (
+        ("prompt_tokens_per_s", "prompt_tokens", "vllm:prompt_tokens_total"),
+        ("generation_tokens_per_s", "generation_tokens", "vllm:generation_tokens_total"),
+        ("preemptions_per_s", "preemptions", "vllm:num_preemptions_total"),
+    ):
+        delta = d.delta(key)
+        if delta is None:
+            d.none(name, f"{exposed} not in the scrape")
+        else:
+            d.values[name] = delta / window
+    _prefix(d)
+    _latencies(d)
+    _utilization(d, config)
+    _lengths(d)
+    _errors(d, finished, total)
+
+
+def _prefix(d: _Deriver) -> None:
+    queries = d.delta("prefix_cache_queries")
+    hits = d.delta("prefix_cache_hits")
+    if queries is None or hits is None:
+        if not _prefix_v0_gauge(d):
+            d.none("prefix_cache_hit_rate", "no prefix-cache counters or gauge in the scrape")
+        return
+    if queries <= 0:
+        d.none("prefix_cache_hit_rate", "no prefix-cache lookups in window")
+        return
+    d.values["prefix_cache_hit_rate"] = min(1.0, hits / queries)
+    unit = d.cur.units.get("prefix_cache_queries", "tokens")
+    if unit == "blocks":
+        d.reasons["prefix_cache_hit_rate"] = "counted in KV blocks (vllm:gpu_prefix_cache_*, 0.8.x), not tokens"
+
+
+def _latencies(d: _Deriver) -> None:
+    for latency in LATENCIES:
+        hist = d.hist_delta(latency)
+        names = [f"{p}_{latency}_s" for p, _ in QUANTILES]
+        if hist is None:
+            for name in names:
+                d.none(name, f"no {latency} histogram in the scrape (no observation since start?)")
+            continue
+        if hist.cumulative[-1] <= 0:
+            for name in names:
+                d.none(name, f"no {latency} observations in window")
+            continue
+        for (label, q), name in zip(QUANTILES, names, strict=True):
+            got = histogram_quantile(q, hist.bounds, hist.cumulative)
+            if got is None:
+                d.none(name, f"no {latency} observations in window")
+                continue
+            value, b = got
+            d.values[name] = value
+            if math.isinf(hist.bounds[b]):
+                d.reasons[name] = (f"{name} is a lower bound: the {label} falls in the +Inf bucket, above the "
+                                   f"highest bound {_fmt(value)} s")
+            elif label == "p99":
+                lower = 0.0 if b == 0 else hist.bounds[b - 1]
+                d.reasons[name] = f"{name} within ({_fmt(lower)}, {_fmt(hist.bounds[b])}] s bucket"
+    itl = d.hist_delta("itl")
+    if itl is None or itl.cumulative[-1] <= 0:
+        d.none("itl_cv", "no inter-token latency observations in window")
+        return
+    d.values["itl_cv"], note = _cv(itl)
+    d.reasons["itl_cv"] = note
+
+
+def _cv(h: HistogramData) -> tuple[float | None, str]:
+    mids: list[float] = []
+    counts: list[float] = []
+    previous_bound, previous_cum = 0.0, 0.0
+    inf_part = False
+    for bound, cum in zip(h.bounds, h.cumulative, strict=True):
+        n = cum - previous_cum
+        if n > 0:
+            if math.isinf(bound):
+                inf_part = True
+                mids.append(previous_bound)
+            else:
+                mids.append((previous_bound + bound) / 2)
+            counts.append(n)
+        previous_cum = max(previous_cum, cum)
+        if not math.isinf(bound):
+            previous_bound = bound
+    total = sum(counts)
+    first = _fmt(h.bounds[0] * 1000)
+    note = (f"estimated from bucket midpoints: bucket resolution limits it (first bound {first} ms; "
+            "spread inside a bucket is not seen)")
+    if inf_part:
+        note += "; +Inf observations counted at the highest bound"
+    mean = sum(m * n for m, n in zip(mids, counts, strict=True)) / total
+    if mean <= 0:
+        return None, note
+    var = sum(n * (m - mean) ** 2 for m, n in zip(mids, counts, strict=True)) / total
+    return math.sqrt(var) / mean, note
+
+
+def _utilization(d: _Deriver, config: EngineConfigView) -> None:
+    cur = d.cur
+    engines = engine_count(cur)
+    cache = cur.info.get("cache_config", {})
+    caps: list[tuple[float, str]] = []
+    if config.max_num_seqs:
+        caps.append((config.max_num_seqs * engines, f"max_num_seqs {config.max_num_seqs}"
+                     + (f" x {engines} DP ranks" if engines > 1 else "")))
+    blocks = config.num_gpu_blocks or _int(cache.get("num_gpu_blocks"))
+    block_size = config.block_size or _int(cache.get("block_size"))
+    prompt = d.hist_delta("prompt_len")
+    gen = d.hist_delta("generation_len")
+    if blocks and block_size and prompt is not None and prompt.count > 0:
+        per_request = (prompt.sum + (gen.sum if gen is not None else 0.0)) / prompt.count
+        if per_request > 0:
+            seqs = blocks * block_size / per_request * engines
+            caps.append((seqs, f"KV capacity {_fmt(round(seqs, 1))} sequences ({blocks} blocks x {block_size} "
+                               f"tokens / {_fmt(round(per_request, 1))} tokens per request)"))
+    if config.router_max_in_flight:
+        caps.append((float(config.router_max_in_flight), f"router max in flight {config.router_max_in_flight}"))
+    running = d.values.get("running")
+    if running is None:
+        d.none("batch_utilization", "no running gauge")
+    elif not caps:
+        d.none("batch_utilization", "no cap known: give max_num_seqs (config or /server_info) or KV capacity")
+    else:
+        cap, why = min(caps, key=lambda c: c[0])
+        d.values["batch_utilization"] = running / cap if cap > 0 else None
+        d.reasons["batch_utilization"] = f"running / {_fmt(round(cap, 1))} ({why})"
+    iteration = d.hist_delta("iteration_tokens")
+    if d.prev is None:
+        d.none("token_budget_utilization", ONE_SAMPLE)
+    elif not config.max_num_batched_tokens:
+        d.none("token_budget_utilization", "max_num_batched_tokens unknown (config or /server_info)")
+    elif iteration is None or iteration.count <= 0:
+        d.none("token_budget_utilization", "no engine steps in window (vllm:iteration_tokens_total)")
+    else:
+        mean = iteration.sum / iteration.count
+        d.values["token_budget_utilization"] = mean / config.max_num_batched_tokens
+        d.reasons["token_budget_utilization"] = (f"mean {_fmt(round(mean, 1))} tokens per step / "
+                                                 f"max_num_batched_tokens {config.max_num_batched_tokens}")
+
+
+def _int(raw: str | None) -> int | None:
+    try:
+        value = int(float(raw)) if raw not in (None, "", "None") else None
+    except (TypeError, ValueError):
+        return None
+    return value if value and value > 0 else None
+
+
+def _share_at_or_above(h: HistogramData, threshold: float) -> tuple[float, str]:
+    """Share of observations >= threshold, the cumulative count interpolated linearly between bounds."""
+    total = h.cumulative[-1]
+    previous_bound, previous_cum = 0.0, 0.0
+    for bound, cum in zip(h.bounds, h.cumulative, strict=True):
+        if math.isinf(bound):
+            share = (total - previous_cum) / total
+            return share, (f"threshold {_fmt(threshold)} is above the highest bound {_fmt(previous_bound)}: "
+                           "upper bound (share above that bound)")
+        if threshold <= bound:
+            below = previous_cum + (cum - previous_cum) * (threshold - previous_bound) / (bound - previous_bound)
+            exact = threshold in (bound, previous_bound)
+            how = "at a bucket bound" if exact else (
+                f"interpolated linearly inside the ({_fmt(previous_bound)}, {_fmt(bound)}] bucket")
+            return max(0.0, (total - below) / total), f"prompts >= {_fmt(threshold)} tokens, {how}"
+        previous_bound, previous_cum = bound, cum
+    return 0.0, "no buckets"
+
+
+def _lengths(d: _Deriver) -> None:
+    prompt = d.hist_delta("prompt_len")
+    prefill = d.hist_delta("prefill")
+    if prompt is None or prompt.count <= 0 or prompt.cumulative[-1] <= 0:
+        for name in ("prefill_s_per_token", "long_prompt_share", "very_long_prompt_share"):
+            d.none(name, "no prompts finished in window (vllm:request_prompt_tokens)")
+        return
+    if prefill is None or prompt.sum <= 0:
+        d.none("prefill_s_per_token", "no prefill-time histogram (vllm:request_prefill_time_seconds)")
+    else:
+        d.values["prefill_s_per_token"] = prefill.sum / prompt.sum
+    for name, threshold in (("long_prompt_share", d.long_tokens), ("very_long_prompt_share", d.very_long_tokens)):
+        d.values[name], d.reasons[name] = _share_at_or_above(prompt, threshold)
+
+
+def _errors(d: _Deriver, finished: dict[str, float], total: float) -> None:
+    if total > 0:
+        d.values["abort_rate"] = finished.get("abort", 0.0) / total
+    else:
+        d.none("abort_rate", "no finished requests in window")
+    http = d.delta_group("http_requests")
+    http_seen = any(n.startswith("http_requests") for n in d.cur.names_seen)
+    shares: list[tuple[float, str]] = []
+    why: list[str] = []
+    if http_seen:
+        http_total = sum(http.values())
+        if http_total > 0:
+            shares.append((http.get("5xx", 0.0) / http_total, "5xx share of generation requests"))
+        else:
+            why.append("no generation HTTP requests in window")
+    assert d.prev is not None
+    has_error = "request_success{error}" in d.cur.counters or "request_success{error}" in d.prev.counters
+    if has_error and total > 0:
+        shares.append((finished.get("error", 0.0) / total, "finished_reason=error share"))
+    if shares:
+        value, how = max(shares, key=lambda s: s[0])
+        d.values["error_rate"] = value
+        d.reasons["error_rate"] = how + (" (the larger of the two sources)" if len(shares) > 1 else "")
+    elif why:
+        d.none("error_rate", why[0])
+    elif not http_seen:
+        d.none("error_rate", "no http_requests_total and no finished_reason=error series (V0 / 0.6)")
+    else:
+        d.none("error_rate", "no requests in window")
+
+
+def derive_metrics_signals(
+    prev: MetricsSnapshot | None,
+    cur: MetricsSnapshot,
+    config: EngineConfigView,
+    *,
+    long_prompt_tokens: int = 5120,
+    very_long_prompt_tokens: int = 8192,
+) -> tuple[Values, Reasons]:
+    """Every metrics signal over (prev, cur]: values (None where unknown) and reasons/caveats.
+
+    With `prev` None only the gauges are read; rates carry the reason "one sample: rates need two".
+    """
+    d = _Deriver(prev, cur, long_prompt_tokens, very_long_prompt_tokens)
+    _gauges(d, config)
+    problem = d.rate_problem()
+    if problem is None:
+        _rates(d, config)
+    elif cur.stats_enabled and problem == ONE_SAMPLE:
+        _prefix_v0_gauge(d)
+        _utilization(d, config)
+    for name in METRICS_SIGNALS:
+        if name not in d.values:
+            d.none(name, problem or _STATS_OFF)
+    if d.resets:
+        if d.values.get("uptime_s") is None and d.window:
+            d.reasons["uptime_s"] += f"; a counter reset shows a restart within the last {_fmt(d.window)} s"
+        d.reasons["counter_reset"] = ("counter reset (engine restart?): " + "; ".join(d.resets[:6])
+                                      + ": the new value is taken as the increase since the reset")
+    return {name: d.values[name] for name in METRICS_SIGNALS}, d.reasons
+
+
+def latest_gauges(cur: MetricsSnapshot, config: EngineConfigView | None = None) -> tuple[Values, Reasons]:
+    """What one snapshot gives: gauges (running, waiting, KV usage, uptime); rates None."""
+    return derive_metrics_signals(None, cur, config or EngineConfigView())

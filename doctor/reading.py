@@ -1,0 +1,167 @@
+"""The reading half of a diagnose run: every engine read concurrently, twice, plus logs, GPUs and host.
+
+Sources are independent: one that fails (a hung /metrics, a missing log file, no GPU) marks only its
+own signals unknown, with the reason, and the rest of the report is still produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from collectors.combine import EngineReading, build_signals, describe, detection_of
+from collectors.httpsource import read_engine
+from doctor.engines import EngineRef
+
+if TYPE_CHECKING:
+    from collectors.history import SignalHistory
+    from doctor.diagnose import Options
+
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+BASELINE_SIGNAL = "engine_fb_bytes"  # framebuffer the engine holds, recorded per run for memory growth
+
+
+def default_state_dir() -> Path:
+    """$XDG_STATE_HOME/serving-doctor (or ~/.local/state/serving-doctor)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "serving-doctor"
+
+
+async def _read_round(client: httpx.AsyncClient, readings: list[EngineReading], *, timeout_s: float,
+                      first: bool, clock: Callable[[], float]) -> None:
+    results = await asyncio.gather(*(read_engine(client, r.name, r.url, timeout_s=timeout_s, with_identity=first,
+                                                 clock=clock) for r in readings))
+    for reading, samples in zip(readings, results, strict=True):
+        reading.samples.extend(samples)
+
+
+def _read_logs(ref: EngineRef, reading: EngineReading, since: float) -> None:
+    from collectors.logs import scan_file
+
+    if not ref.log:
+        return
+    scan = scan_file(ref.log, since, engine=ref.name)
+    reading.events.extend(scan.events)
+    if scan.error:
+        reading.errors_extra.append(f"log {ref.log}: {scan.error}")
+    for notice in scan.notices:
+        reading.errors_extra.append(f"log {ref.log}: {notice}")
+
+
+def _gpu_signals(ref: EngineRef, reading: EngineReading, history: SignalHistory | None, *,
+                 timeout_s: float, say: Callable[[str], None]) -> None:
+    """dcgm-exporter when given for the engine, else NVML on this host when GPU indices are given."""
+    from collectors.gpu import DcgmSource, GpuReader, GpuSource, NvmlSource, engine_fb_bytes, gpu_signals
+
+    source: GpuSource
+    if ref.dcgm:
+        url = ref.dcgm if urlsplit(ref.dcgm).path not in ("", "/") else ref.dcgm.rstrip("/") + "/metrics"
+        source = DcgmSource(url, httpx.Client(timeout=timeout_s, trust_env=False), timeout_s=timeout_s)
+    elif ref.gpus:
+        source = NvmlSource()
+    else:
+        reading.gpu_reasons = {"dram_utilization": "no GPU source for this engine (give --dcgm or --gpus)"}
+        return
+    readings, why = GpuReader(source, say).read(ref.gpus or None)
+    if why:
+        reading.gpu_reasons = {k: why for k in ("dram_utilization", "fb_used_ratio", "memory_growth_ratio",
+                                                 "sm_utilization", "xid_errors", "xid_last_code", "ecc_dbe_errors")}
+        return
+    baseline = None
+    if history is not None:
+        points = history.series(ref.name, BASELINE_SIGNAL, since_s=6 * 3600)
+        baseline = points[0][1] if points else None
+        history.append(ref.name, time.time(), {BASELINE_SIGNAL: engine_fb_bytes(readings)})
+    values, reasons = gpu_signals(readings, baseline_fb_bytes=baseline)
+    if baseline is None and values.get("memory_growth_ratio") is None:
+        reasons["memory_growth_ratio"] = "first run: this run's framebuffer use is recorded as the baseline"
+    reading.gpu_values, reading.gpu_reasons = values, reasons
+
+
+def _is_local(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host in LOCAL_HOSTS
+
+
+async def read_all(opts: Options, *, clock: Callable[[], float] = time.time) -> list[dict[str, Any]]:
+    """Read all engines over `opts.sample_s` (or from Prometheus over `opts.since_s`) and describe each."""
+    readings = {e.name: EngineReading(e.name, e.role, e.url) for e in opts.engines}
+    history = None
+    if opts.history:
+        from collectors.history import SignalHistory
+
+        history = SignalHistory((opts.state_dir or default_state_dir()) / "history.json")
+    started = clock()
+    finder = None
+    local = [e for e in opts.engines if _is_local(e.url)]
+    if local:
+        from collectors.host import LocalProcessFinder
+
+        finder = LocalProcessFinder()
+        for e in local:
+            finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
+    if opts.since_s is not None and opts.prometheus:
+        await _read_prometheus(opts, readings, clock=clock)
+        window = opts.since_s
+    else:
+        limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
+        async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+            await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=True,
+                              clock=clock)
+            await asyncio.sleep(opts.sample_s)
+            await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=False,
+                              clock=clock)
+        window = max(opts.sample_s, 0.0)
+    log_since = started - max(window, 300.0)
+    for ref in opts.engines:
+        reading = readings[ref.name]
+        await asyncio.to_thread(_read_logs, ref, reading, log_since)
+        await asyncio.to_thread(_gpu_signals, ref, reading, history, timeout_s=opts.request_timeout_s,
+                                say=reading.errors_extra.append)
+        if finder is not None and _is_local(ref.url):
+            from collectors.host import local_process_signals
+
+            host = finder.read(urlsplit(ref.url).port or 80)
+            reading.host_values, reading.host_reasons = local_process_signals(host)
+    out = []
+    for ref in opts.engines:
+        reading = readings[ref.name]
+        signals = build_signals(reading, window_s=window, long_prompt_tokens=opts.long_prompt_tokens,
+                                very_long_prompt_tokens=opts.very_long_prompt_tokens)
+        if history is not None and reading.last_ok("metrics") is not None:
+            history.append(ref.name, clock(), {k: v for k, v in signals.values.items() if isinstance(v, float)})
+        out.append(describe(reading, signals, detection_of(reading)))
+    return out
+
+
+async def _read_prometheus(opts: Options, readings: dict[str, EngineReading], *,
+                           clock: Callable[[], float]) -> None:
+    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes)."""
+    from collectors.promsource import PrometheusError, PrometheusSource
+    from collectors.types import Sample
+
+    assert opts.prometheus is not None and opts.since_s is not None
+    source = PrometheusSource(opts.prometheus, timeout_s=opts.request_timeout_s)
+    now = clock()
+    for ref in opts.engines:
+        reading = readings[ref.name]
+        for t in (now - opts.since_s, now):
+            try:
+                snap = await asyncio.to_thread(source.snapshot_at, ref.promql_selector, t)
+            except PrometheusError as exc:
+                reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
+                continue
+            reading.samples.append(Sample("metrics", ref.name, t, metrics=snap))
+        async with httpx.AsyncClient(trust_env=False) as client:
+            from collectors.httpsource import read_health, read_models, read_version
+
+            for read in (read_health, read_version, read_models):
+                reading.samples.append(await read(client, ref.name, ref.url, timeout_s=opts.request_timeout_s,
+                                                  clock=clock))

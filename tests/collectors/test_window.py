@@ -1,0 +1,113 @@
+"""The rolling window per engine and the bounded signal history in the state directory."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from collectors.history import SignalHistory
+from collectors.types import MetricsSnapshot, Sample
+from collectors.window import EngineWindow
+
+
+def snap(t: float) -> MetricsSnapshot:
+    return MetricsSnapshot(t, {"prompt_tokens": t}, {}, {}, {}, frozenset())
+
+
+def metrics(t: float, error: str | None = None) -> Sample:
+    return Sample("metrics", "hot", t, error=error, metrics=None if error else snap(t))
+
+
+def test_window_pairs_oldest_within_and_newest() -> None:
+    w = EngineWindow(max_samples=100, max_age_s=600)
+    assert w.metrics_pair(60) is None
+    for t in range(0, 100, 5):
+        w.add(metrics(float(t)))
+    w.add(metrics(100.0, error="timeout"))  # failed reads are kept but never paired
+    prev, cur = w.metrics_pair(30) or (None, None)
+    assert prev is not None and cur is not None
+    assert (prev.timestamp, cur.timestamp) == (65.0, 95.0)
+    assert w.latest("metrics").error == "timeout"  # type: ignore[union-attr]
+    assert w.latest("gpu") is None
+    assert w.metrics_pair(2) is None  # nothing else within 2 s of the newest
+
+
+def test_window_is_bounded_in_count_and_age() -> None:
+    w = EngineWindow(max_samples=10, max_age_s=50)
+    for t in range(1000):
+        w.add(metrics(float(t)))
+        w.add(Sample("health", "hot", float(t)))
+    assert len(w.samples("metrics")) == 10 and len(w) == 20
+    w2 = EngineWindow(max_samples=1000, max_age_s=50)
+    for t in range(1000):
+        w2.add(metrics(float(t)))
+    kept = w2.samples("metrics")
+    assert kept[0].timestamp == 949 and kept[-1].timestamp == 999
+    w2.add(metrics(960.5))  # out of order: inserted in place
+    assert [s.timestamp for s in w2.samples("metrics")][11:13] == [960.0, 960.5]
+    with pytest.raises(ValueError, match="max_samples"):
+        EngineWindow(max_samples=1)
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_history_series_and_baseline(tmp_path: Path) -> None:
+    clock = Clock(10_000.0)
+    h = SignalHistory(tmp_path / "state" / "signals.json", max_entries_per_engine=50, max_age_s=3600, clock=clock)
+    for i in range(60):
+        clock.t = 10_000.0 + 60 * i
+        h.append("hot", clock.t, {"p99_ttft_s": float(i), "qps": None, "kv_cache_usage": 0.5})
+    assert h.engines() == ["hot"]
+    series = h.series("hot", "p99_ttft_s", since_s=300)
+    assert [v for _, v in series] == [54.0, 55.0, 56.0, 57.0, 58.0, 59.0]  # t >= now - 300
+    assert h.series("hot", "qps", since_s=3600) == []  # None is not stored
+    # t in [now - 1800, now - 600): entries 29..48, median 38.5
+    assert h.baseline("hot", "p99_ttft_s", window_s=1800, exclude_recent_s=600) == pytest.approx(38.5)
+    assert h.baseline("cold", "p99_ttft_s", window_s=1800) is None
+    doc = json.loads(h.path.read_text())
+    assert len(doc["engines"]["hot"]) == 50  # bounded
+    clock.t += 7200  # everything ages out at the next write
+    h.append("cold", clock.t, {"qps": 1.0})
+    assert h.engines() == ["cold"]
+
+
+def test_corrupt_history_starts_fresh_and_keeps_a_copy(tmp_path: Path) -> None:
+    path = tmp_path / "signals.json"
+    path.write_text('{"version": 1, "engines": {"hot": [[1, {"qps": ')
+    h = SignalHistory(path, clock=Clock(100.0))
+    assert h.series("hot", "qps", 1000) == []
+    assert h.problems and "corrupt" in h.problems[0] and str(path) in h.problems[0]
+    assert (tmp_path / "signals.json.corrupt").read_text().startswith('{"version": 1')
+    h.append("hot", 100.0, {"qps": 2.0})
+    assert h.series("hot", "qps", 1000) == [(100.0, 2.0)]
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert SignalHistory(path, clock=Clock(100.0)).baseline("hot", "qps", 1000) is None
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def _writer(path: str, engine: str) -> None:
+    h = SignalHistory(Path(path), max_entries_per_engine=1000, clock=lambda: 1000.0)
+    for i in range(25):
+        h.append(engine, 900.0 + i, {"qps": float(i)})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "signals.json"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(str(path), f"e{k}")) for k in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    h = SignalHistory(path, max_entries_per_engine=1000, clock=lambda: 1000.0)
+    assert h.engines() == ["e0", "e1", "e2"]
+    assert all(len(h.series(e, "qps", 1000)) == 25 for e in h.engines())
