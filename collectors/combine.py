@@ -100,6 +100,7 @@ def config_of(reading: EngineReading) -> EngineConfigView:
         num_gpu_blocks=pick("num_gpu_blocks", cache.get("num_gpu_blocks")),
         block_size=pick("block_size", cache.get("block_size")),
         router_max_in_flight=cfg.router_max_in_flight,
+        tensor_parallel_size=pick("tensor_parallel_size"),
     )
 
 
@@ -146,6 +147,10 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
     for name in SIGNAL_NAMES:
         if values.get(name) is None and name not in reasons:
             reasons[name] = "no source gave it"
+    last = reading.of("metrics")[-1:]
+    values["scrape_ok"] = 1.0 if last and last[0].error is None else 0.0
+    if last and last[0].error:
+        reasons["scrape_ok"] = last[0].error
     dead = any(e.kind == "engine_death" for e in reading.events)
     health, status = health_of(reading, dead)
     return Signals(engine=reading.name, window_s=window_s, health=health, health_status=status,

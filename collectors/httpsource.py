@@ -65,7 +65,8 @@ async def read_models(client: httpx.AsyncClient, name: str, url: str, *, timeout
     return Sample("models", name, clock(), data=info)
 
 
-_CONFIG_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks", "block_size")
+_CONFIG_KEYS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "num_gpu_blocks", "block_size",
+                "tensor_parallel_size")
 _CONFIG_VALUE = re.compile(r"[\"']?(" + "|".join(_CONFIG_KEYS) + r")[\"']?\s*[=:]\s*(\d+)")
 
 

@@ -120,6 +120,7 @@ class EngineConfigView:
     num_gpu_blocks: int | None = None
     block_size: int | None = None
     router_max_in_flight: int | None = None
+    tensor_parallel_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,14 +1,15 @@
-"""`doctor diagnose`: read every engine twice over a short window (or from Prometheus) and report.
+"""`doctor diagnose`: read every engine, run the playbooks, report findings with evidence.
 
 Exit codes (DESIGN.md): 0 ok, 1 warning, 2 critical, 3 the doctor could not do its job (bad flags
-or config, nothing readable at all, its own --timeout). This module is the fast path cron runs: it
-must not import textual or pandas (pandas only comes in with --prometheus history).
+or config, nothing readable at all, its own --timeout, another run holding the lock). This is the
+fast path cron runs: it must not import textual or pandas (pandas only comes with --prometheus).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -16,17 +17,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from doctor.durations import DurationError, parse_duration
 from doctor.engines import EngineRef, EngineSpecError, engines_from_flags
 
+if TYPE_CHECKING:
+    from doctor.pipeline import PlaybookSettings
+
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNUSABLE = 0, 1, 2, 3
-READ_SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "1.0"
+FAIL_ON = ("warning", "critical", "never")
 
 
 class UsageError(Exception):
-    """Bad flags: exit 3 with the message."""
+    """Bad flags or config: exit 3 with the message."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,8 +41,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="doctor diagnose", description=(
-        "Read hot and cold vLLM engines (metrics, health, logs, GPUs, host) and report what they show. "
-        "Exit 0 ok, 1 warning, 2 critical, 3 when the doctor could not do its job."))
+        "Read hot and cold vLLM engines (metrics, health, logs, GPUs, host), run the playbooks and report "
+        "findings with evidence. Exit 0 ok, 1 warning, 2 critical, 3 when the doctor could not do its job."))
+    p.add_argument("--config", type=Path, help="doctor.toml: engines, roles, thresholds, SLOs, templates")
     p.add_argument("--engine", action="append", default=[], metavar="NAME=URL",
                    help="an engine to read; NAME hot or cold is also its role (repeatable)")
     p.add_argument("--role", action="append", default=[], metavar="NAME=hot|cold", help="role of a named engine")
@@ -47,15 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", action="append", default=[], metavar="NAME=0,1",
                    help="GPU indices the engine runs on (NVML on this host)")
     p.add_argument("--prometheus", metavar="URL", help="read history from this Prometheus server")
-    p.add_argument("--sample", default="5s", help="window between the two direct reads (default 5s)")
+    p.add_argument("--sample", help="window between the two direct reads (default 5s)")
     p.add_argument("--since", help="with --prometheus: judge this much history instead of sampling (e.g. 15m)")
-    p.add_argument("--timeout", default="30s", help="give up after this long overall (default 30s)")
-    p.add_argument("--request-timeout", default="5s", help="timeout of each HTTP read (default 5s)")
+    p.add_argument("--timeout", help="give up after this long overall (default 30s)")
+    p.add_argument("--request-timeout", help="timeout of each HTTP read (default 5s)")
     p.add_argument("--format", choices=["text", "json"], default="text")
-    p.add_argument("--state-dir", type=Path, help="where history is kept (default $XDG_STATE_HOME/serving-doctor)")
-    p.add_argument("--no-history", action="store_true", help="do not read or write the signal history")
-    p.add_argument("--long-prompt-tokens", type=int, default=5120, help="hot/cold threshold (default 5120)")
-    p.add_argument("--very-long-prompt-tokens", type=int, default=8192)
+    p.add_argument("--fail-on", choices=FAIL_ON, default="warning",
+                   help="lowest severity that makes the exit code non-zero (default warning)")
+    p.add_argument("--state-dir", type=Path, help="history, playbook state and the lock "
+                   "(default $XDG_STATE_HOME/serving-doctor)")
+    p.add_argument("--no-history", action="store_true", help="do not read or write the state directory's history")
+    p.add_argument("--long-prompt-tokens", type=int, help="hot/cold threshold (default 5120)")
+    p.add_argument("--very-long-prompt-tokens", type=int, help="very long prompts (default 8192)")
     return p
 
 
@@ -72,29 +81,67 @@ class Options:
     history: bool
     long_prompt_tokens: int
     very_long_prompt_tokens: int
+    fail_on: str = "warning"
+    settings: PlaybookSettings | None = None
 
 
 def parse_options(argv: Sequence[str]) -> Options:
+    """Flags (and the config file) into Options; UsageError names what is wrong."""
     ns = build_parser().parse_args(list(argv))
+    settings: Any = None
+    cfg_engines: list[EngineRef] = []
+    defaults: dict[str, Any] = {}
+    if ns.config is not None:
+        from doctor.config import ConfigError, load_config
+
+        try:
+            settings = load_config(ns.config)
+        except ConfigError as exc:
+            raise UsageError(f"doctor diagnose: {exc}") from None
+        cfg_engines = list(settings.engine_refs())
+        defaults = {"sample_s": settings.sample_s, "timeout_s": settings.timeout_s,
+                    "prometheus": settings.prometheus_url, "state_dir": settings.state_dir,
+                    "long_prompt_tokens": settings.long_prompt_tokens,
+                    "very_long_prompt_tokens": settings.very_long_prompt_tokens,
+                    "request_timeout_s": settings.request_timeout_s}
     try:
-        engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
-        sample_s = parse_duration(ns.sample)
+        flag_engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
+        engines = _merge_engines(cfg_engines, flag_engines)
+        sample_s = parse_duration(ns.sample or defaults.get("sample_s", "5s"))
         since_s = parse_duration(ns.since) if ns.since else None
-        timeout_s = parse_duration(ns.timeout)
-        request_timeout_s = parse_duration(ns.request_timeout)
+        timeout_s = parse_duration(ns.timeout or defaults.get("timeout_s", "30s"))
+        request_timeout_s = parse_duration(ns.request_timeout or defaults.get("request_timeout_s", "5s"))
     except (EngineSpecError, DurationError) as exc:
         raise UsageError(f"doctor diagnose: error: {exc}") from None
     if not engines:
-        raise UsageError("doctor diagnose: error: name at least one engine with --engine NAME=URL")
-    if since_s is not None and not ns.prometheus:
+        raise UsageError("doctor diagnose: error: name at least one engine with --engine NAME=URL (or --config)")
+    prometheus = ns.prometheus or defaults.get("prometheus")
+    if since_s is not None and not prometheus:
         raise UsageError("doctor diagnose: error: --since needs --prometheus URL (history comes from Prometheus)")
     if timeout_s <= 0:
         raise UsageError("doctor diagnose: error: --timeout must be > 0")
     if sample_s >= timeout_s:
-        raise UsageError(
-            f"doctor diagnose: error: --sample ({ns.sample}) must be shorter than --timeout ({ns.timeout})")
-    return Options(engines, sample_s, since_s, timeout_s, min(request_timeout_s, timeout_s), ns.prometheus, ns.format,
-                   ns.state_dir, not ns.no_history, ns.long_prompt_tokens, ns.very_long_prompt_tokens)
+        raise UsageError(f"doctor diagnose: error: --sample ({sample_s:g}s) must be shorter than "
+                         f"--timeout ({timeout_s:g}s)")
+    state_dir = ns.state_dir or (Path(defaults["state_dir"]) if defaults.get("state_dir") else None)
+    return Options(engines, sample_s, since_s, timeout_s, min(request_timeout_s, timeout_s), prometheus, ns.format,
+                   state_dir, not ns.no_history,
+                   ns.long_prompt_tokens or int(defaults.get("long_prompt_tokens", 5120)),
+                   ns.very_long_prompt_tokens or int(defaults.get("very_long_prompt_tokens", 8192)),
+                   ns.fail_on, settings)
+
+
+def _merge_engines(from_config: list[EngineRef], from_flags: list[EngineRef]) -> list[EngineRef]:
+    """Flags add engines and replace a config engine's URL, role, log, dcgm and GPUs (the rest stays)."""
+    merged = {e.name: e for e in from_config}
+    for e in from_flags:
+        base = merged.get(e.name)
+        if base is None:
+            merged[e.name] = e
+            continue
+        merged[e.name] = dataclasses.replace(base, url=e.url, role=e.role or base.role, log=e.log or base.log,
+                                             dcgm=e.dcgm or base.dcgm, gpus=e.gpus or base.gpus)
+    return list(merged.values())
 
 
 def iso(ts: float) -> str:
@@ -102,42 +149,57 @@ def iso(ts: float) -> str:
 
 
 async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
-    """Read every engine and build the report (reading half: no findings yet)."""
-    from doctor.reading import read_all  # imported here: keeps `doctor diagnose --help` fast
-
-    started = clock()
-    engines = await read_all(opts, clock=clock)
+    """Read every engine, evaluate the playbooks, build the report."""
+    # Imported here so that `doctor diagnose --help` stays fast.
     from doctor import __version__
+    from doctor.pipeline import build_views, run_playbooks
+    from doctor.reading import EngineHistory, default_state_dir, open_history, read_all, record_history
+    from doctor.state import StateDir
+
+    history = open_history(opts)
+    started = clock()
+    results = await read_all(opts, history, clock=clock)
+    now = clock()
+    state_dir = StateDir(opts.state_dir or default_state_dir())
+    state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if opts.history else {}
+    views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
+                        settings=opts.settings,
+                        history_for=(lambda name: EngineHistory(history, name)) if history else None)
+    findings = run_playbooks(views, state, now=now, settings=opts.settings,
+                             window_is_history=opts.since_s is not None)
+    if opts.history:
+        state_dir.save_json("playbooks.json", state)
+    record_history(history, results, now)
+    readable = any(r.describe()["reachable"] for r in results)
+    engines = []
+    for r in results:
+        described = r.describe()
+        described["findings"] = [f.to_dict() for f in findings if f.engine == r.ref.name]
+        engines.append(described)
+    from playbooks.model import worst
 
     return {
-        "schema_version": READ_SCHEMA_VERSION,
-        "generated_at": iso(clock()),
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": iso(now),
         "doctor_version": __version__,
-        "window_s": round(clock() - started, 3) if opts.since_s is None else opts.since_s,
+        "window_s": round(now - started, 3) if opts.since_s is None else opts.since_s,
+        "status": worst(findings) if readable else "unknown",
+        "findings": [f.to_dict() for f in findings],
         "engines": engines,
     }
 
 
-def render_text(report: dict[str, Any], out: TextIO) -> None:
-    """A short human summary per engine."""
-    keys = ("qps", "generation_tokens_per_s", "running", "waiting", "batch_utilization", "kv_cache_usage",
-            "prefix_cache_hit_rate", "p99_ttft_s", "p99_e2e_s", "p99_itl_s", "dram_utilization", "fb_used_ratio")
-    print(f"serving-doctor {report['doctor_version']} at {report['generated_at']} "
-          f"(window {report['window_s']}s)", file=out)
-    for e in report["engines"]:
-        sig = e["signals"]
-        state = sig["health"] if e["reachable"] else "unreachable"
-        print(f"\n{e['name']} ({e['role'] or 'no role'}) {e['url']}  health: {state}  "
-              f"vLLM {e['version'] or '?'} -> profile {e['version_profile'] or '?'}", file=out)
-        for k in keys:
-            v = sig.get(k)
-            text = "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
-            why = "" if v is not None else f"   ({sig['reasons'].get(k, '')})"
-            print(f"  {k:26} {text}{why}", file=out)
-        for ev in e["events"][-5:]:
-            print(f"  event {ev['kind']}: {ev['message'][:140]}", file=out)
-        for err in e["errors"]:
-            print(f"  ! {err}", file=out)
+def exit_code(report: dict[str, Any], fail_on: str) -> int:
+    status = report["status"]
+    if status == "unknown":
+        return EXIT_UNUSABLE
+    if fail_on == "never":
+        return EXIT_OK
+    if status == "critical":
+        return EXIT_CRITICAL
+    if status == "warning" and fail_on == "warning":
+        return EXIT_WARNING
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -149,17 +211,29 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except UsageError as exc:
         print(exc, file=err)
         return EXIT_UNUSABLE
+    from doctor.reading import default_state_dir
+    from doctor.state import LockHeld, StateDir
+
     try:
-        report = asyncio.run(asyncio.wait_for(collect(opts), timeout=opts.timeout_s))
+        with StateDir(opts.state_dir or default_state_dir()).lock("diagnose"):
+            report = asyncio.run(asyncio.wait_for(collect(opts), timeout=opts.timeout_s))
+    except LockHeld as exc:
+        print(f"doctor diagnose: another run is in progress ({exc}); not starting a second one", file=err)
+        return EXIT_UNUSABLE
     except TimeoutError:
         print(f"doctor diagnose: gave up after --timeout {opts.timeout_s:g}s", file=err)
         return EXIT_UNUSABLE
+    except OSError as exc:
+        print(f"doctor diagnose: cannot use the state directory: {exc}", file=err)
+        return EXIT_UNUSABLE
     if opts.fmt == "json":
-        json.dump(report, out, indent=2, sort_keys=False)
+        json.dump(report, out, indent=2)
         out.write("\n")
     else:
-        render_text(report, out)
-    if not any(e["reachable"] for e in report["engines"]):
+        from doctor.report_text import render_text
+
+        render_text(report, out, colour=out.isatty())
+    if report["status"] == "unknown":
         print("doctor diagnose: no engine could be read", file=err)
-        return EXIT_UNUSABLE
-    return EXIT_OK
+    return exit_code(report, opts.fail_on)
+

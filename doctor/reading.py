@@ -10,6 +10,7 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -18,6 +19,8 @@ import httpx
 
 from collectors.combine import EngineReading, build_signals, describe, detection_of
 from collectors.httpsource import read_engine
+from collectors.names import Detection
+from collectors.types import EngineConfigView, Signals
 from doctor.engines import EngineRef
 
 if TYPE_CHECKING:
@@ -90,14 +93,45 @@ def _is_local(url: str) -> bool:
     return host in LOCAL_HOSTS
 
 
-async def read_all(opts: Options, *, clock: Callable[[], float] = time.time) -> list[dict[str, Any]]:
-    """Read all engines over `opts.sample_s` (or from Prometheus over `opts.since_s`) and describe each."""
-    readings = {e.name: EngineReading(e.name, e.role, e.url) for e in opts.engines}
-    history = None
-    if opts.history:
-        from collectors.history import SignalHistory
+@dataclass
+class EngineResult:
+    """One engine after a run: what was read, the signals, the detected version profile."""
 
-        history = SignalHistory((opts.state_dir or default_state_dir()) / "history.json")
+    ref: EngineRef
+    reading: EngineReading
+    signals: Signals
+    detection: Detection
+
+    def describe(self) -> dict[str, Any]:
+        return describe(self.reading, self.signals, self.detection)
+
+
+class EngineHistory:
+    """The state directory's history seen from one engine (playbooks.base.HistoryView)."""
+
+    def __init__(self, history: SignalHistory, engine: str) -> None:
+        self.history = history
+        self.engine = engine
+
+    def series(self, signal: str, since_s: float) -> list[tuple[float, float]]:
+        return self.history.series(self.engine, signal, since_s)
+
+    def baseline(self, signal: str, window_s: float, exclude_recent_s: float) -> float | None:
+        return self.history.baseline(self.engine, signal, window_s, exclude_recent_s)
+
+
+def open_history(opts: Options) -> SignalHistory | None:
+    if not opts.history:
+        return None
+    from collectors.history import SignalHistory
+
+    return SignalHistory((opts.state_dir or default_state_dir()) / "history.json")
+
+
+async def read_all(opts: Options, history: SignalHistory | None, *,
+                   clock: Callable[[], float] = time.time) -> list[EngineResult]:
+    """Read all engines over `opts.sample_s` (or from Prometheus over `opts.since_s`)."""
+    readings = {e.name: EngineReading(e.name, e.role, e.url, config=_config_view(e)) for e in opts.engines}
     started = clock()
     finder = None
     local = [e for e in opts.engines if _is_local(e.url)]
@@ -135,10 +169,24 @@ async def read_all(opts: Options, *, clock: Callable[[], float] = time.time) -> 
         reading = readings[ref.name]
         signals = build_signals(reading, window_s=window, long_prompt_tokens=opts.long_prompt_tokens,
                                 very_long_prompt_tokens=opts.very_long_prompt_tokens)
-        if history is not None and reading.last_ok("metrics") is not None:
-            history.append(ref.name, clock(), {k: v for k, v in signals.values.items() if isinstance(v, float)})
-        out.append(describe(reading, signals, detection_of(reading)))
+        out.append(EngineResult(ref, reading, signals, detection_of(reading)))
     return out
+
+
+def record_history(history: SignalHistory | None, results: list[EngineResult], now: float) -> None:
+    """Append this run's numbers (after the playbooks read the older ones as baselines)."""
+    if history is None:
+        return
+    for r in results:
+        if r.reading.last_ok("metrics") is not None:
+            history.append(r.ref.name, now, {k: v for k, v in r.signals.values.items() if isinstance(v, float)})
+
+
+def _config_view(ref: EngineRef) -> EngineConfigView:
+    c = ref.config
+    return EngineConfigView(max_num_seqs=c.get("max_num_seqs"), max_num_batched_tokens=c.get("max_num_batched_tokens"),
+                            max_model_len=c.get("max_model_len"), router_max_in_flight=c.get("router_max_in_flight"),
+                            tensor_parallel_size=c.get("tensor_parallel_size"))
 
 
 async def _read_prometheus(opts: Options, readings: dict[str, EngineReading], *,

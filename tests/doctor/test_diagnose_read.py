@@ -15,12 +15,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import jsonschema
 import pytest
 
 from collectors.combine import EngineReading, build_signals
 from collectors.httpsource import read_engine
 from collectors.types import SIGNAL_NAMES
-from doctor.diagnose import EXIT_OK, EXIT_UNUSABLE, main
+from doctor.diagnose import EXIT_CRITICAL, EXIT_OK, EXIT_UNUSABLE, EXIT_WARNING, main
 from sim.loadgen import run_load
 from sim.testing import engine_thread
 from sim.workload import RequestSpec
@@ -28,11 +29,17 @@ from sim.workload import RequestSpec
 FAST = ["--enforce-eager", "--time-scale", "0.1"]
 
 
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "diagnose-report.schema.json").read_text())
+
+
 def _diagnose(args: list[str], tmp_path: Path) -> tuple[int, dict | None, str]:
     out, err = io.StringIO(), io.StringIO()
     code = main([*args, "--state-dir", str(tmp_path / "state"), "--format", "json"], out=out, err=err)
     text = out.getvalue()
-    return code, (json.loads(text) if text.strip() else None), err.getvalue()
+    report = json.loads(text) if text.strip() else None
+    if report is not None:
+        jsonschema.validate(report, SCHEMA, format_checker=jsonschema.FormatChecker())
+    return code, report, err.getvalue()
 
 
 def test_report_shape_and_signals_for_two_engines(tmp_path: Path) -> None:
@@ -123,7 +130,7 @@ def test_hung_metrics_and_garbage_scrape_do_not_stop_the_others(tmp_path: Path) 
         code, report, err = _diagnose(["--engine", f"good={good.url}", "--engine", f"hung={hung.url}",
                                        "--engine", f"junk={garbage}", "--sample", "0.2s",
                                        "--request-timeout", "1s"], tmp_path)
-    assert code == EXIT_OK, err
+    assert code == EXIT_WARNING, err  # two engines' /metrics cannot be read: engine_down as a warning
     assert report is not None
     by_name = {e["name"]: e for e in report["engines"]}
     assert by_name["good"]["reachable"] is True
@@ -176,8 +183,9 @@ def test_log_events_and_dead_engine(tmp_path: Path) -> None:
         httpx.post(hot.url + "/sim/fault", json={"fault": "engine-death"})
         code, report, err = _diagnose(["--engine", f"hot={hot.url}", "--log", f"hot={log}", "--sample", "0.2s"],
                                       tmp_path)
-    assert code == EXIT_OK, err
-    assert report is not None
+    assert code == EXIT_CRITICAL, err
+    assert report is not None and report["status"] == "critical"
+    assert report["findings"][0]["playbook"] == "engine_down"
     engine = report["engines"][0]
     assert engine["signals"]["health"] == "unhealthy" and engine["signals"]["health_status"] == 503
     assert any(e["kind"] == "engine_death" for e in engine["events"])

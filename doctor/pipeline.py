@@ -1,0 +1,74 @@
+"""From readings to findings: the one path shared by `doctor diagnose`, the daemon and the accuracy suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from typing import Any, Protocol
+
+from collectors.combine import EngineReading, config_of
+from collectors.types import Signals
+from playbooks.base import EngineView, HistoryView, NoHistory, Playbook
+from playbooks.evaluate import evaluate
+from playbooks.model import Finding
+
+
+class PlaybookSettings(Protocol):
+    """What the doctor's config tells the playbooks (doctor.config.DoctorConfig implements it)."""
+
+    def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]: ...
+
+    def playbook_enabled(self, playbook_id: str, engine: str) -> bool: ...
+
+    def slo_for(self, engine: str) -> Mapping[str, float]: ...
+
+    def templates_configured(self, engine: str) -> bool: ...
+
+
+class DefaultSettings:
+    """Seed defaults, every playbook on, no SLOs, no templates."""
+
+    def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
+        return {}
+
+    def playbook_enabled(self, playbook_id: str, engine: str) -> bool:
+        return True
+
+    def slo_for(self, engine: str) -> Mapping[str, float]:
+        return {}
+
+    def templates_configured(self, engine: str) -> bool:
+        return False
+
+
+def build_views(readings: Sequence[EngineReading], signals: Mapping[str, Signals], *, now: float,
+                settings: PlaybookSettings | None = None,
+                history_for: Callable[[str], HistoryView] | None = None,
+                in_progress: Callable[[str], bool] | None = None) -> list[EngineView]:
+    """One EngineView per engine, each knowing its peers (for replica imbalance and capacity checks)."""
+    settings = settings or DefaultSettings()
+    views = [
+        EngineView(
+            name=r.name, role=r.role, signals=signals[r.name], params={}, now=now, config=config_of(r),
+            history=history_for(r.name) if history_for else NoHistory(),
+            templates_configured=settings.templates_configured(r.name), slo=settings.slo_for(r.name),
+            change_in_progress=in_progress(r.name) if in_progress else False,
+        )
+        for r in readings
+    ]
+    for view in views:
+        view.peers = [v for v in views if v is not view]
+    return views
+
+
+def run_playbooks(views: Sequence[EngineView], state: MutableMapping[str, dict[str, Any]], *, now: float,
+                  settings: PlaybookSettings | None = None, window_is_history: bool = False) -> list[Finding]:
+    """Evaluate every enabled playbook with the config's thresholds."""
+    settings = settings or DefaultSettings()
+
+    def params(pb: Playbook, engine: str) -> Mapping[str, float]:
+        return settings.params_for(pb.id, engine)
+
+    def enabled(pb: Playbook, engine: str) -> bool:
+        return settings.playbook_enabled(pb.id, engine)
+
+    return evaluate(views, state, now=now, params_for=params, enabled=enabled, window_is_history=window_is_history)

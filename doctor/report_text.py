@@ -1,0 +1,56 @@
+"""The readable report: findings first (most severe first), then a short table per engine."""
+
+from __future__ import annotations
+
+from typing import Any, TextIO
+
+_COLOURS = {"critical": "\x1b[1;31m", "warning": "\x1b[33m", "info": "\x1b[36m", "ok": "\x1b[32m",
+            "unknown": "\x1b[35m", "dim": "\x1b[2m", "reset": "\x1b[0m"}
+KEY_SIGNALS = ("qps", "generation_tokens_per_s", "running", "waiting", "batch_utilization", "kv_cache_usage",
+               "prefix_cache_hit_rate", "preemptions_per_s", "p99_ttft_s", "p99_e2e_s", "p99_itl_s",
+               "dram_utilization", "fb_used_ratio", "memory_growth_ratio")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_text(report: dict[str, Any], out: TextIO, *, colour: bool = False) -> None:
+    """Colour on a terminal, plain in a pipe."""
+
+    def c(name: str, text: str) -> str:
+        return f"{_COLOURS[name]}{text}{_COLOURS['reset']}" if colour else text
+
+    status = report["status"]
+    print(f"{c(status if status in _COLOURS else 'unknown', status.upper())}  serving-doctor "
+          f"{report['doctor_version']} at {report['generated_at']} (window {report['window_s']}s, "
+          f"{len(report['findings'])} finding(s))", file=out)
+    for f in report["findings"]:
+        print(f"\n{c(f['severity'], f['severity'].upper())} {f['engine']}: {f['summary']}  "
+              f"[{f['playbook']}, confidence {f['confidence']:.0%}]", file=out)
+        for e in f["evidence"]:
+            window = f" over {e['window_s']:g}s" if e.get("window_s") else ""
+            note = f" - {e['note']}" if e.get("note") else ""
+            print(f"    because {e['signal']} = {_fmt(e['value'])} ({e['comparison']} {_fmt(e['threshold'])}"
+                  f"{window}){note}", file=out)
+        for i, r in enumerate(f["remedies"], 1):
+            params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+            print(f"    remedy {i}: {r['action']} on {r['target']}" + (f" ({params})" if params else ""), file=out)
+        print(c("dim", f"    runbook: {f['runbook']}  id: {f['id']}"), file=out)
+    for e in report["engines"]:
+        sig = e["signals"]
+        state = sig["health"] if e["reachable"] else "unreachable"
+        print(f"\n{e['name']} ({e['role'] or 'no role'}) {e['url']}  health: {state}  "
+              f"vLLM {e['version'] or '?'} (profile {e['version_profile'] or '?'})", file=out)
+        for k in KEY_SIGNALS:
+            v = sig.get(k)
+            why = c("dim", f"   ({sig['reasons'].get(k, '')})") if v is None else ""
+            print(f"  {k:26} {_fmt(v)}{why}", file=out)
+        for ev in e["events"][-5:]:
+            print(f"  event {ev['kind']}: {ev['message'][:140]}", file=out)
+        for err in e["errors"]:
+            print(c("dim", f"  ! {err}"), file=out)

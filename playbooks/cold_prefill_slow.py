@@ -1,0 +1,82 @@
+"""cold_prefill_slow: the cold engine's prefill is slow per token (or its P99 prefill over 1.5 s) for 5 minutes."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from playbooks.base import Condition, EngineView, Playbook
+from playbooks.model import Action
+
+
+def chunked_prefill_on(view: EngineView) -> bool:
+    """A start-up line in the window says chunked prefill is on (vLLM V1 enables it by default)."""
+    for event in view.events_of("startup_config"):
+        d = event.details
+        if "max_num_batched_tokens" in d and "Chunked prefill is enabled" in event.message:
+            return True
+        for args in (d.get("non_default_args"), d.get("args"), d.get("engine_config")):
+            if isinstance(args, dict) and args.get("enable_chunked_prefill") is True:
+                return True
+    return False
+
+
+class ColdPrefillSlow(Playbook):
+    id = "cold_prefill_slow"
+    title = "Slow prefill on the cold path"
+    severity = "warning"
+    signals = ("prefill_s_per_token", "p99_prefill_s")
+    alerts = ("VllmColdPrefillSlow", "PrefillLatencyHigh")
+    defaults: ClassVar[dict[str, float]] = {"prefill_s_per_token": 0.00015, "p99_prefill_s": 1.5,
+                                            "cold_max_in_flight": 2.0}
+    for_s = 300.0
+    roles = ("cold",)
+    runbook = """\
+**What it means.** On the cold (long-prompt) engine, prefill has taken more than 0.15 ms per prompt
+token for 5 minutes (`prefill_s_per_token`: prefill time over prompt tokens of the requests finished
+in the window), or the seed alert `prefill_latency_ms > 1500 for 5m` holds (P99 prefill time over
+1.5 s). Too many long prompts are prefilled at once and share the GPU, so each one's first token
+comes late. With prompts far beyond 10K tokens a P99 over 1.5 s can be normal: raise `p99_prefill_s`
+for that engine.
+
+**Confirm by hand.** `sum(rate(vllm:request_prefill_time_seconds_sum[5m])) /
+sum(rate(vllm:request_prompt_tokens_sum[5m])) > 0.00015`;
+`histogram_quantile(0.99, sum by (le) (rate(vllm:request_prefill_time_seconds_bucket[5m]))) > 1.5`;
+`vllm:num_requests_running` on the cold engine (several long prefills at once).
+
+**Remedies.** Cap the cold engine's concurrency at 2 at the router, so long prompts are prefilled a
+couple at a time; then relaunch with chunked prefill on (`--enable-chunked-prefill`; vLLM V1 has it on
+by default, so this is for V0 engines) so prefill chunks interleave with decoding.
+"""
+
+    def check(self, view: EngineView) -> Condition | None:
+        found = [e for e in (view.above("prefill_s_per_token", "prefill_s_per_token"),
+                             view.above("p99_prefill_s", "p99_prefill_s")) if e is not None]
+        if not found:
+            return None
+        parts = []
+        for e in found:
+            value = float(e.value or 0)
+            parts.append(f"prefill {value * 1000:.2f} ms per token" if e.signal == "prefill_s_per_token"
+                         else f"P99 prefill {value:.2f}s")
+        considered = sum(view.value(s) is not None for s in self.signals)
+        return Condition("cold " + " and ".join(parts), tuple(found), agreeing=len(found),
+                         considered=max(considered, len(found)))
+
+    def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
+        actions: list[Action] = []
+        cap = int(view.params["cold_max_in_flight"])
+        current = view.config.router_max_in_flight
+        if current is None or current > cap:
+            actions.append(Action("set_max_in_flight", "router", {"engine": view.name, "max_in_flight": cap},
+                                  inverse={"engine": view.name, "max_in_flight": current}, risk="low",
+                                  description="prefill long prompts a couple at a time"))
+        if not chunked_prefill_on(view):
+            actions.append(Action("relaunch", view.name, {"enable_chunked_prefill": True},
+                                  inverse={"enable_chunked_prefill": False}, risk="medium",
+                                  description="interleave prefill chunks with decoding (already on in vLLM V1)"))
+        if not actions:
+            actions.append(Action("escalate", view.name, {"reason": condition.summary}))
+        return actions
+
+
+PLAYBOOK = ColdPrefillSlow()

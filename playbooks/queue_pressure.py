@@ -1,0 +1,88 @@
+"""queue_pressure: requests pile up waiting for the engine (or for the router's in-flight cap)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from playbooks.base import Condition, EngineView, Playbook
+from playbooks.model import Action, Evidence
+
+
+class QueuePressure(Playbook):
+    id = "queue_pressure"
+    title = "Queue pressure"
+    severity = "warning"
+    signals = ("waiting", "p95_queue_s", "router_queue_p99_s", "batch_utilization", "kv_cache_usage")
+    alerts = ("VllmQueuePressure", "VllmQueueTimeHigh")
+    defaults: ClassVar[dict[str, float]] = {
+        "waiting": 5.0, "p95_queue_s": 1.0, "router_queue_p99_s": 1.0, "engine_headroom_ratio": 0.9,
+        "max_in_flight_factor_ratio": 1.5, "length_limit_tokens": 8192.0, "length_limit_expires_s": 3600.0,
+    }
+    for_s = 60.0  # `waiting` is a gauge read at one instant: a burst must last a minute
+    runbook = """\
+**What it means.** More than 5 requests wait in the engine's queue, its P95 queue time is 1 s or more
+(`vllm:request_queue_time_seconds`: time from arrival at the engine to first scheduling), or the
+router's own P99 queue time is 1 s or more. Demand exceeds what the engine admits: its sequence slots
+(`max_num_seqs`) or KV blocks are full, or the router's in-flight cap holds requests back while the
+engine still has room. Time to first token grows with the queue.
+
+**Confirm by hand.** `vllm:num_requests_waiting > 5` and
+`histogram_quantile(0.95, sum by (le) (rate(vllm:request_queue_time_seconds_bucket[5m]))) >= 1`; with
+`vllm:num_requests_running` against `max_num_seqs` and `vllm:kv_cache_usage_perc` to see which limit
+binds; the stats log line's `Waiting: N reqs`; the router's policy (`GET /policy`) for max in flight.
+
+**Remedies.** When the router's cap is what binds (the engine has free slots and KV), raise the
+engine's max in flight at the router. When the engine itself is full, add capacity (a replica or
+more tensor-parallel shards), and meanwhile shed load with the emergency length limit (prompts over
+8192 tokens get 413 for an hour).
+"""
+
+    def _at_least(self, view: EngineView, signal: str) -> Evidence | None:
+        value = view.value(signal)
+        if value is None:
+            return None
+        threshold = view.params[signal]
+        limit = threshold * (1 - view.hysteresis) if view.active else threshold
+        return Evidence(signal, value, threshold, view.window_s, ">=") if value >= limit else None
+
+    def _router_bound(self, view: EngineView) -> bool:
+        """The router's in-flight cap binds while the engine still has free slots and KV."""
+        cap = view.config.router_max_in_flight
+        running = view.value("running")
+        if not cap or running is None or running < cap * view.params["engine_headroom_ratio"]:
+            return False
+        headroom = view.params["engine_headroom_ratio"]
+        batch, kv = view.value("batch_utilization"), view.value("kv_cache_usage")
+        return batch is not None and batch < headroom and (kv is None or kv < headroom)
+
+    def check(self, view: EngineView) -> Condition | None:
+        found = [e for e in (view.above("waiting", "waiting"), self._at_least(view, "p95_queue_s"),
+                             self._at_least(view, "router_queue_p99_s")) if e is not None]
+        if not found:
+            return None
+        considered = sum(view.value(s) is not None for s in ("waiting", "p95_queue_s", "router_queue_p99_s"))
+        parts = {"waiting": "{:g} requests waiting", "p95_queue_s": "P95 queue time {:.2g}s",
+                 "router_queue_p99_s": "router P99 queue time {:.2g}s"}
+        summary = " and ".join(parts[e.signal].format(e.value) for e in found)
+        return Condition(summary, tuple(found), agreeing=len(found), considered=max(considered, len(found)),
+                         details={"router_bound": "yes" if self._router_bound(view) else "no"})
+
+    def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
+        p = view.params
+        cap = view.config.router_max_in_flight
+        shed = Action("length_limit", "router",
+                      {"max_tokens": int(p["length_limit_tokens"]), "expires_in_s": int(p["length_limit_expires_s"])},
+                      inverse={"max_tokens": None}, risk="medium",
+                      description="shed load: reject prompts over the limit with 413 until it expires")
+        scale = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1}, risk="medium",
+                       description="add capacity: another replica (or more tensor-parallel shards)")
+        if condition.details.get("router_bound") == "yes" and cap:
+            raise_cap = Action("set_max_in_flight", "router",
+                               {"engine": view.name, "max_in_flight": int(cap * p["max_in_flight_factor_ratio"]) + 1},
+                               inverse={"engine": view.name, "max_in_flight": cap}, risk="low",
+                               description="the router's cap holds requests back while the engine has room")
+            return [raise_cap, scale, shed]
+        return [scale, shed]
+
+
+PLAYBOOK = QueuePressure()

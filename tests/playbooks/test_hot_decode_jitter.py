@@ -1,0 +1,89 @@
+"""hot_decode_jitter: the hot engine's inter-token latency CV above 10%, the router's measure preferred."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from collectors.types import EngineConfigView, Signals
+from playbooks.base import EngineView
+from playbooks.evaluate import evaluate
+from playbooks.hot_decode_jitter import PLAYBOOK
+from playbooks.model import confidence_from
+
+
+def view(values: dict[str, Any], *, active: bool = False, role: str = "hot",
+         config: EngineConfigView | None = None) -> EngineView:
+    sig = Signals(engine="hot", window_s=60.0, health="ok", health_status=200, values=values,
+                  reasons={"itl_cv": "estimated from bucket midpoints: bucket resolution limits it"})
+    return EngineView(name="hot", role=role, signals=sig, params=dict(PLAYBOOK.defaults), now=1000.0, active=active,
+                      config=config or EngineConfigView(max_num_batched_tokens=8192, max_num_seqs=128))
+
+
+def test_engine_itl_cv_fires_with_route_threshold_first() -> None:
+    v = view({"itl_cv": 0.25})
+    cond = PLAYBOOK.check(v)
+    assert cond is not None and PLAYBOOK.severity == "warning"
+    assert cond.summary == "hot inter-token latency varies 25% (CV, itl_cv)"
+    [e] = cond.evidence
+    assert (e.signal, e.value, e.threshold) == ("itl_cv", 0.25, 0.1)
+    assert "no router measure" in e.note and "bucket resolution" in e.note
+    remedies = PLAYBOOK.remedies(v, cond)
+    assert [a.kind for a in remedies] == ["set_route_threshold", "relaunch"]
+    assert remedies[0].target == "router" and remedies[0].params == {"threshold_tokens": 4096}
+    assert remedies[1].params == {"max_num_batched_tokens": 4096}
+    assert remedies[1].inverse == {"max_num_batched_tokens": 8192}
+
+
+def test_router_measure_is_preferred() -> None:
+    # the router sees steady decoding: the engine's coarse histogram estimate does not fire on its own
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.05, "itl_cv": 0.3})) is None
+    cond = PLAYBOOK.check(view({"router_itl_cv": 0.2, "itl_cv": 0.05}))
+    assert cond is not None and [e.signal for e in cond.evidence] == ["router_itl_cv"]
+    assert "router" in cond.evidence[0].note and "router_itl_cv" in cond.summary
+
+
+def test_agreeing_measures_raise_confidence() -> None:
+    one = PLAYBOOK.check(view({"router_itl_cv": 0.2, "itl_cv": 0.05}))
+    both = PLAYBOOK.check(view({"router_itl_cv": 0.2, "itl_cv": 0.3}))
+    assert one is not None and both is not None and len(both.evidence) == 2
+    assert confidence_from(both.agreeing, both.considered) > confidence_from(one.agreeing, one.considered)
+
+
+def test_threshold_is_strict() -> None:
+    assert PLAYBOOK.check(view({"itl_cv": 0.1})) is None
+    assert PLAYBOOK.check(view({"itl_cv": 0.11})) is not None
+
+
+def test_only_for_hot_engines() -> None:
+    assert not PLAYBOOK.applies_to(view({}, role="cold"))
+
+
+def test_batched_tokens_never_go_below_max_num_seqs_or_the_floor() -> None:
+    v = view({"itl_cv": 0.3}, config=EngineConfigView(max_num_batched_tokens=1024, max_num_seqs=768))
+    cond = PLAYBOOK.check(v)
+    assert cond is not None
+    assert PLAYBOOK.remedies(v, cond)[1].params == {"max_num_batched_tokens": 768}
+    small = view({"itl_cv": 0.3}, config=EngineConfigView(max_num_batched_tokens=512))
+    assert [a.kind for a in PLAYBOOK.remedies(small, cond)] == ["set_route_threshold"]
+    unknown = view({"itl_cv": 0.3}, config=EngineConfigView())
+    assert PLAYBOOK.remedies(unknown, cond)[1].params == {"max_num_batched_tokens": "lower"}
+
+
+def test_hysteresis_keeps_an_active_finding_slightly_below() -> None:
+    assert PLAYBOOK.check(view({"itl_cv": 0.095})) is None
+    assert PLAYBOOK.check(view({"itl_cv": 0.095}, active=True)) is not None
+    assert PLAYBOOK.check(view({"itl_cv": 0.08}, active=True)) is None
+
+
+def test_none_values_never_fire() -> None:
+    assert PLAYBOOK.check(view({})) is None
+    assert PLAYBOOK.check(view({"itl_cv": None, "router_itl_cv": None})) is None
+
+
+def test_evaluate_reports_only_after_for_s() -> None:
+    state: dict[str, dict[str, Any]] = {}
+    v = view({"itl_cv": 0.2})
+    assert evaluate([v], state, now=1000.0, playbooks=[PLAYBOOK]) == []
+    findings = evaluate([v], state, now=1000.0 + PLAYBOOK.for_s, playbooks=[PLAYBOOK])
+    assert [(f.playbook, f.severity) for f in findings] == [("hot_decode_jitter", "warning")]
+    assert findings[0].remedies[0].kind == "set_route_threshold"
