@@ -2,71 +2,80 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
 
 USAGE = """usage: doctor <command> [options]
 
 commands:
-  diagnose             read the engines and report what they show (exit 0/1/2, 3 = could not)
+  diagnose             read the engines, run the playbooks, report findings (exit 0/1/2; 3 = could not)
+  playbooks            list the playbooks (--format markdown writes the runbooks)
+  rules                Prometheus alerting rules for the same conditions as the playbooks
+  router               the hot/cold admission router in front of the engines
   demo                 hot and cold sim engines with load, and what the doctor sees
   sim engine MODEL ... a simulated vLLM engine (flags as `vllm serve`, plus sim flags)
   sim load --url URL   a workload against the sim or a real vLLM (like `vllm bench serve`)
+  sim scenario NAME    hot and cold sim engines with a workload and an incident timeline
   sim calibrate        the sim's default preset against the seed article's figures
+  sim fidelity --against URL   compare the sim's /metrics surface with a running vLLM
   version              print the doctor's version
 
 Run `doctor <command> --help` for a command's options.
 """
 
+# command -> module whose `main(argv) -> int` runs it
+COMMANDS = {
+    "diagnose": "doctor.diagnose",
+    "playbooks": "doctor.playbooks_cli",
+    "rules": "doctor.rules",
+    "router": "router.cli",
+    "demo": "doctor.demo",
+}
+SIM_COMMANDS = {
+    "engine": "sim.engine_cli",
+    "load": "sim.load_cli",
+    "scenario": "sim.scenario_cli",
+    "calibrate": "sim.calibrate",
+    "fidelity": "sim.fidelity",
+}
 
-def _sim(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if argv else 2
-    sub, rest = argv[0], argv[1:]
-    runners: dict[str, Callable[[list[str]], int]] = {}
-    if sub == "engine":
-        from sim.engine_cli import main as engine_main
 
-        runners[sub] = engine_main
-    elif sub == "load":
-        from sim.load_cli import main as load_main
-
-        runners[sub] = load_main
-    elif sub == "calibrate":
-        from sim.calibrate import main as calibrate_main
-
-        runners[sub] = calibrate_main
-    if sub not in runners:
-        print(f"doctor sim: unknown command {sub!r}; expected engine, load or calibrate", file=sys.stderr)
-        return 2
-    return runners[sub](rest)
+def _run(module: str, argv: list[str]) -> int:
+    try:
+        main = importlib.import_module(module).main
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            print(f"doctor: {module} is not part of this installation", file=sys.stderr)
+            return 2
+        raise
+    return int(main(argv) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a subcommand; exit codes: 0 ok, 2 usage errors (diagnose defines 1-3 itself)."""
+    """Dispatch to a subcommand; unknown commands and missing arguments exit 2 with the usage."""
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
     cmd, rest = args[0], args[1:]
-    if cmd == "sim":
-        return _sim(rest)
-    if cmd == "diagnose":
-        from doctor.diagnose import main as diagnose_main
-
-        return diagnose_main(rest)
-    if cmd == "demo":
-        from doctor.demo import main as demo_main
-
-        return demo_main(rest)
     if cmd in ("version", "--version"):
         from doctor import __version__
 
         print(f"serving-doctor {__version__}")
         return 0
-    print(f"doctor: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    if cmd == "sim":
+        if not rest or rest[0] in ("-h", "--help"):
+            print(USAGE)
+            return 0 if rest else 2
+        if rest[0] not in SIM_COMMANDS:
+            print(f"doctor sim: unknown command {rest[0]!r}; expected one of {', '.join(SIM_COMMANDS)}",
+                  file=sys.stderr)
+            return 2
+        return _run(SIM_COMMANDS[rest[0]], rest[1:])
+    if cmd not in COMMANDS:
+        print(f"doctor: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return _run(COMMANDS[cmd], rest)
 
 
 if __name__ == "__main__":

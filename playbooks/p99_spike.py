@@ -26,7 +26,7 @@ class P99Spike(Playbook):
     severity = "warning"
     signals = ("p99_e2e_s", "p99_ttft_s", "p95_ttft_s", "p95_itl_s", "very_long_prompt_share",
                "prefix_cache_hit_rate")
-    alerts = ("VllmP99LatencySpike", "VllmTtftSloBreach", "VllmTpotSloBreach")
+    alerts = ("VllmP99LatencySpike", "VllmTtftSloBreach", "VllmTpotSloBreach", "VllmE2eSloBreach")
     defaults: ClassVar[dict[str, float]] = {
         "baseline_factor_ratio": 2.0, "baseline_window_s": 3600.0, "baseline_exclude_recent_s": 600.0,
         "baseline_min_s": 0.25, "very_long_prompt_ratio": 0.0, "prefix_hit_rate_ratio": 0.6,

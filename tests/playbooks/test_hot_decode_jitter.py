@@ -19,14 +19,21 @@ def view(values: dict[str, Any], *, active: bool = False, role: str = "hot",
                       config=config or EngineConfigView(max_num_batched_tokens=8192, max_num_seqs=128))
 
 
-def test_engine_itl_cv_fires_with_route_threshold_first() -> None:
-    v = view({"itl_cv": 0.25})
+# what the simulator's hot engine shows: healthy (CV 0.2-1.0 from bucket midpoints, P95 < 2x the median) and
+# with 3K-5K-token prompts reaching it (CV 1.6, P95 5-13x the median)
+HEALTHY = {"itl_cv": 0.97, "p50_itl_s": 0.038, "p95_itl_s": 0.066}
+JITTER = {"itl_cv": 1.63, "p50_itl_s": 0.042, "p95_itl_s": 0.546}
+
+
+def test_engine_itl_cv_with_a_stretched_tail_fires_with_route_threshold_first() -> None:
+    v = view(JITTER)
     cond = PLAYBOOK.check(v)
     assert cond is not None and PLAYBOOK.severity == "warning"
-    assert cond.summary == "hot inter-token latency varies 25% (CV, itl_cv)"
-    [e] = cond.evidence
-    assert (e.signal, e.value, e.threshold) == ("itl_cv", 0.25, 0.1)
-    assert "no router measure" in e.note and "bucket resolution" in e.note
+    assert cond.summary == "hot inter-token latency varies 163% (CV, itl_cv); P95 13.0x the median"
+    cv, tail = cond.evidence
+    assert (cv.signal, cv.value, cv.threshold) == ("itl_cv", 1.63, 0.1)
+    assert "no router measure" in cv.note and "bucket resolution" in cv.note
+    assert tail.threshold == 4.0 and abs(float(tail.value or 0) - 13.0) < 0.01 and "546 ms" in tail.note
     remedies = PLAYBOOK.remedies(v, cond)
     assert [a.kind for a in remedies] == ["set_route_threshold", "relaunch"]
     assert remedies[0].target == "router" and remedies[0].params == {"threshold_tokens": 4096}
@@ -34,12 +41,17 @@ def test_engine_itl_cv_fires_with_route_threshold_first() -> None:
     assert remedies[1].inverse == {"max_num_batched_tokens": 8192}
 
 
+def test_healthy_engine_histogram_cv_alone_does_not_fire() -> None:
+    assert PLAYBOOK.check(view(HEALTHY)) is None
+    assert PLAYBOOK.check(view({"itl_cv": 0.97})) is None  # no quantiles: the coarse CV alone says nothing
+
+
 def test_router_measure_is_preferred() -> None:
     # the router sees steady decoding: the engine's coarse histogram estimate does not fire on its own
-    assert PLAYBOOK.check(view({"router_itl_cv": 0.05, "itl_cv": 0.3})) is None
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.05, **JITTER})) is None
     cond = PLAYBOOK.check(view({"router_itl_cv": 0.2, "itl_cv": 0.05}))
     assert cond is not None and [e.signal for e in cond.evidence] == ["router_itl_cv"]
-    assert "router" in cond.evidence[0].note and "router_itl_cv" in cond.summary
+    assert "router" in cond.evidence[0].note and "router" in cond.summary
 
 
 def test_agreeing_measures_raise_confidence() -> None:
@@ -49,9 +61,14 @@ def test_agreeing_measures_raise_confidence() -> None:
     assert confidence_from(both.agreeing, both.considered) > confidence_from(one.agreeing, one.considered)
 
 
-def test_threshold_is_strict() -> None:
-    assert PLAYBOOK.check(view({"itl_cv": 0.1})) is None
-    assert PLAYBOOK.check(view({"itl_cv": 0.11})) is not None
+def test_thresholds_are_strict() -> None:
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.1})) is None
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.11})) is not None
+    assert PLAYBOOK.check(view({**JITTER, "itl_cv": 0.1})) is None
+    assert PLAYBOOK.check(view({**JITTER, "p95_itl_s": 0.168})) is None  # exactly 4x
+    assert PLAYBOOK.check(view({**JITTER, "p95_itl_s": 0.169})) is not None
+    # an overloaded engine (qps_surge in the simulator: P95 3.3x the median) is capacity_scale_out's case
+    assert PLAYBOOK.check(view({"itl_cv": 1.13, "p50_itl_s": 0.04, "p95_itl_s": 0.132})) is None
 
 
 def test_only_for_hot_engines() -> None:
@@ -59,30 +76,38 @@ def test_only_for_hot_engines() -> None:
 
 
 def test_batched_tokens_never_go_below_max_num_seqs_or_the_floor() -> None:
-    v = view({"itl_cv": 0.3}, config=EngineConfigView(max_num_batched_tokens=1024, max_num_seqs=768))
+    v = view(JITTER, config=EngineConfigView(max_num_batched_tokens=1024, max_num_seqs=768))
     cond = PLAYBOOK.check(v)
     assert cond is not None
     assert PLAYBOOK.remedies(v, cond)[1].params == {"max_num_batched_tokens": 768}
-    small = view({"itl_cv": 0.3}, config=EngineConfigView(max_num_batched_tokens=512))
+    small = view(JITTER, config=EngineConfigView(max_num_batched_tokens=512))
     assert [a.kind for a in PLAYBOOK.remedies(small, cond)] == ["set_route_threshold"]
-    unknown = view({"itl_cv": 0.3}, config=EngineConfigView())
+    unknown = view(JITTER, config=EngineConfigView())
     assert PLAYBOOK.remedies(unknown, cond)[1].params == {"max_num_batched_tokens": "lower"}
 
 
 def test_hysteresis_keeps_an_active_finding_slightly_below() -> None:
-    assert PLAYBOOK.check(view({"itl_cv": 0.095})) is None
-    assert PLAYBOOK.check(view({"itl_cv": 0.095}, active=True)) is not None
-    assert PLAYBOOK.check(view({"itl_cv": 0.08}, active=True)) is None
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.095})) is None
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.095}, active=True)) is not None
+    assert PLAYBOOK.check(view({"router_itl_cv": 0.08}, active=True)) is None
+    near = {**JITTER, "p95_itl_s": 0.042 * 3.8}  # 3.8x: under 4x, over 4x * 0.9
+    assert PLAYBOOK.check(view(near)) is None
+    assert PLAYBOOK.check(view(near, active=True)) is not None
+
+
+def test_bad_quantiles_do_not_crash() -> None:
+    assert PLAYBOOK.check(view({**JITTER, "p50_itl_s": 0.0})) is None
+    assert PLAYBOOK.check(view({**JITTER, "p50_itl_s": None})) is None
 
 
 def test_none_values_never_fire() -> None:
     assert PLAYBOOK.check(view({})) is None
-    assert PLAYBOOK.check(view({"itl_cv": None, "router_itl_cv": None})) is None
+    assert PLAYBOOK.check(view({"itl_cv": None, "router_itl_cv": None, "p50_itl_s": None, "p95_itl_s": None})) is None
 
 
 def test_evaluate_reports_only_after_for_s() -> None:
     state: dict[str, dict[str, Any]] = {}
-    v = view({"itl_cv": 0.2})
+    v = view(JITTER)
     assert evaluate([v], state, now=1000.0, playbooks=[PLAYBOOK]) == []
     findings = evaluate([v], state, now=1000.0 + PLAYBOOK.for_s, playbooks=[PLAYBOOK])
     assert [(f.playbook, f.severity) for f in findings] == [("hot_decode_jitter", "warning")]
