@@ -141,6 +141,8 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
         for k, val in source_values.items():
             if values.get(k) is None:  # the engine's own metrics win (process_* works for remote engines)
                 values[k] = val
+                if val is not None:
+                    reasons.pop(k, None)
         for k, why in source_reasons.items():
             if values.get(k) is None:
                 reasons[k] = why

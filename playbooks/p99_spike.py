@@ -29,7 +29,8 @@ class P99Spike(Playbook):
     alerts = ("VllmP99LatencySpike", "VllmTtftSloBreach", "VllmTpotSloBreach", "VllmE2eSloBreach")
     defaults: ClassVar[dict[str, float]] = {
         "baseline_factor_ratio": 2.0, "baseline_window_s": 3600.0, "baseline_exclude_recent_s": 600.0,
-        "baseline_min_s": 0.25, "very_long_prompt_ratio": 0.0, "prefix_hit_rate_ratio": 0.6,
+        "baseline_min_s": 0.25, "baseline_min_requests": 10.0, "very_long_prompt_ratio": 0.0,
+        "prefix_hit_rate_ratio": 0.6,
         "length_limit_tokens": 8192.0, "length_limit_expires_s": 3600.0, "route_threshold_tokens": 5120.0,
         "route_threshold_factor_ratio": 0.8,
     }
@@ -85,14 +86,18 @@ the same; escalate if none helps.
                 if e is not None:
                     slo_breaches.append(e)
         baseline_breaches: list[Evidence] = []
+        finished = (view.value("qps") or 0.0) * view.window_s
+        # The P99 of a handful of requests is just the slowest one: with few, ask for twice the jump.
+        few = finished < p["baseline_min_requests"]
         for signal in BASELINE_SIGNALS:
             if any(e.signal == signal for e in slo_breaches) or (view.value(signal) or 0.0) < p["baseline_min_s"]:
                 continue
             base = view.history.baseline(signal, window_s=p["baseline_window_s"],
                                          exclude_recent_s=p["baseline_exclude_recent_s"])
             if base is not None and base > 0:
-                factor = p["baseline_factor_ratio"]
-                e = self._over(view, signal, factor * base, f"{factor:g}x its baseline {base:.3g}s")
+                factor = p["baseline_factor_ratio"] * (2.0 if few else 1.0)
+                note = f"{factor:g}x its baseline {base:.3g}s" + (f" ({finished:.0f} requests: few)" if few else "")
+                e = self._over(view, signal, factor * base, note)
                 if e is not None:
                     baseline_breaches.append(e)
         breaches = slo_breaches + baseline_breaches

@@ -63,13 +63,21 @@ def test_no_slo_and_no_history_never_fires() -> None:
 
 def test_over_twice_the_baseline_is_a_warning() -> None:
     history = History({"p99_ttft_s": 0.5, "p99_e2e_s": 8.0})
-    v = view({"p99_ttft_s": 1.2, "p99_e2e_s": 9.0}, history=history)
+    v = view({"p99_ttft_s": 1.2, "p99_e2e_s": 9.0, "qps": 1.0}, history=history)
     cond = PLAYBOOK.check(v)
     assert cond is not None and cond.severity == "warning"
     [e] = cond.evidence
     assert (e.signal, e.value, e.threshold) == ("p99_ttft_s", 1.2, 1.0) and "2x its baseline 0.5s" in e.note
     assert ("p99_ttft_s", 3600.0, 600.0) in history.asked
-    assert PLAYBOOK.check(view({"p99_ttft_s": 1.0}, history=history)) is None
+    assert PLAYBOOK.check(view({"p99_ttft_s": 1.0, "qps": 1.0}, history=history)) is None
+
+
+def test_few_requests_need_twice_the_jump() -> None:
+    history = History({"p99_ttft_s": 0.5})
+    # 0.05 req/s over 60 s = 3 requests: their P99 is the slowest one, so 2x is not enough, 4x is.
+    assert PLAYBOOK.check(view({"p99_ttft_s": 1.2, "qps": 0.05}, history=history)) is None
+    cond = PLAYBOOK.check(view({"p99_ttft_s": 2.5, "qps": 0.05}, history=history))
+    assert cond is not None and "3 requests: few" in cond.evidence[0].note
 
 
 def test_baseline_ignores_tiny_latencies() -> None:

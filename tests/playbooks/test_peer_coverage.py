@@ -73,7 +73,7 @@ def test_latency_over_slo_is_critical() -> None:
 
 def test_ttft_without_slo_needs_a_baseline() -> None:
     pb = registry.get("p99_spike")
-    values = {"p95_ttft_s": 2.5, "p99_ttft_s": 3.0}
+    values = {"p95_ttft_s": 2.5, "p99_ttft_s": 3.0, "qps": 1.0}
     assert pb.check(view(pb, values, history=History(p99_ttft_s=1.0))) is not None
     assert pb.check(view(pb, values)) is None  # an absolute number without an SLO or a baseline says nothing
 
