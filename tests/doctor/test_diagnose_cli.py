@@ -60,7 +60,7 @@ def test_config_drives_engines_thresholds_and_fail_on(tmp_path: Path) -> None:
 
         StateDir(tmp_path / "state").save_json(
             "playbooks.json", {"queue_pressure|hot": {"onset": time.time() - 300, "last": time.time() - 60}})
-        code, out, err = _run(["--config", str(cfg), "--format", "json"])
+        code, out, _ = _run(["--config", str(cfg), "--format", "json"])
         report = json.loads(out)
         assert report["engines"][0]["name"] == "hot"
         fired = {f["playbook"] for f in report["findings"]}
