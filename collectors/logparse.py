@@ -287,6 +287,10 @@ def parse_stats(message: str) -> dict[str, float] | None:
                 _num(m.group(1)), _num(m.group(2)), _num(m.group(3)))
     except (ValueError, OverflowError):
         return None
+    if "cpu_kv_usage" in out and "kv_usage" not in out and "Swapped:" not in body and "Pending:" not in body:
+        # V1 names the device it runs on: on the CPU backend "CPU KV cache usage" is the KV cache itself
+        # (only V0's line, which also has GPU usage and Swapped/Pending, means the CPU swap space).
+        out["kv_usage"] = out.pop("cpu_kv_usage")
     v0_prefix_line = body.lstrip().startswith("Prefix cache hit rate: GPU:")
     if not any(k in out for k in _MAIN_KEYS) and not (v0_prefix_line and "prefix_hit_rate" in out):
         return None

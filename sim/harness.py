@@ -94,7 +94,7 @@ class Harness:
         logs: list[str] = []
         runtime = EngineRuntime(core, logs.extend, host=options.host, port=options.port,
                                 dev_mode=options.dev_mode, non_default_args=options.non_default_args,
-                                api_pid=1000 + 10 * len(self.engines))
+                                api_pid=1000 + 10 * len(self.engines), stats_interval_s=options.stats_interval_s)
         runtime.start(self.now)
         engine = HarnessEngine(name, runtime, logs)
         self.engines[name] = engine

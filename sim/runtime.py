@@ -35,7 +35,7 @@ class EngineRuntime:
 
     def __init__(self, core: EngineCore, sink: LogSink, *, host: str = "0.0.0.0", port: int = 8000,
                  dev_mode: bool = False, non_default_args: dict[str, object] | None = None,
-                 api_pid: int | None = None) -> None:
+                 api_pid: int | None = None, stats_interval_s: float | None = None) -> None:
         self.core = core
         self.sink = sink
         self.host = host
@@ -45,7 +45,8 @@ class EngineRuntime:
         pid = api_pid if api_pid is not None else os.getpid()
         self.fmt = LogFormatter(core.profile, api_pid=pid, core_pid=pid + 1)
         self.started_at = core.started_at
-        self.next_stats = core.started_at + core.profile.stats_interval_s
+        self.stats_interval_s = stats_interval_s or core.profile.stats_interval_s
+        self.next_stats = core.started_at + self.stats_interval_s
         self._last_prompt = 0
         self._last_gen = 0
         self._last_preemptions = 0
@@ -117,14 +118,14 @@ class EngineRuntime:
             self._log_oom_death(now)
         while now >= self.next_stats:
             self._log_stats(self.next_stats)
-            self.next_stats += self.core.profile.stats_interval_s
+            self.next_stats += self.stats_interval_s
             self.core.sync_ledger(now)
 
     def _log_stats(self, now: float) -> None:
         core, m = self.core, self.core.metrics
         if core.config.disable_log_stats or core.dead:
             return
-        interval = core.profile.stats_interval_s
+        interval = self.stats_interval_s
         prompt_count = m.prompt_tokens_computed if core.profile.prompt_tokens_cached else m.prompt_tokens
         prompt_tps = (prompt_count - self._last_prompt) / interval
         gen_tps = (m.generation_tokens - self._last_gen) / interval

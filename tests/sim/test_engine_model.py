@@ -247,3 +247,12 @@ def test_gpu_metrics_follow_load() -> None:
     h.run_for(5)
     idle = _value(h.gpu_text("e"), "DCGM_FI_PROF_DRAM_ACTIVE")
     assert busy > 0.3 and idle == 0.0
+
+
+def test_log_stats_interval_env_like_vllm() -> None:
+    h = Harness()
+    h.add_engine("e", ["m", "--enforce-eager"], env={"VLLM_LOG_STATS_INTERVAL": "2"})
+    h.load([_spec(i, 300, 400, at=0.1 * i) for i in range(8)])
+    h.run_for(9)
+    stats = [line for line in h.log_lines("e") if "Avg prompt throughput" in line]
+    assert len(stats) == 4  # every 2 s instead of 10
