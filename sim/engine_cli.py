@@ -60,7 +60,8 @@ class LineWriter:
 def bind_socket(host: str, port: int) -> socket.socket:
     """Listen socket (port 0 = any free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP (not 0) so asyncio sets TCP_NODELAY: otherwise every response waits for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(2048)

@@ -762,7 +762,10 @@ class LogFormatter:
     def access(self, now: float, client: str, method: str, path: str, status: int) -> list[str]:
         """A uvicorn access line; `client` is `host:port`. `now` is unused (uvicorn prints no time)."""
         del now
-        phrase = HTTPStatus(status).phrase
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:  # uvicorn prints no phrase for codes it does not know (e.g. 499)
+            phrase = ""
         return self.uvicorn(f'{client} - "{method} {path} HTTP/1.1" {status} {phrase}')
 
     # --- faults ----------------------------------------------------------------------------------

@@ -464,3 +464,11 @@ def test_other_fault_lines(name: str) -> None:
         assert ANSI.sub("", err[-1]).endswith(
             "ValueError: The decoder prompt (length 9120) is longer than the maximum model length of 8192."
         )
+
+
+def test_access_line_for_an_unknown_status_has_no_phrase() -> None:
+    from sim.logfmt import LogFormatter
+    from sim.profiles import get_profile
+
+    line = LogFormatter(get_profile("0.33"), api_pid=1, core_pid=2).access(0.0, "127.0.0.1:1", "POST", "/v1/x", 499)
+    assert line[-1].endswith('"POST /v1/x HTTP/1.1" 499 ')

@@ -1,0 +1,302 @@
+"""The request path: read and check the body, count, apply rules, route, admit, forward, stream back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.types import Message, Receive, Scope, Send
+
+from router.admission import NoUpstream, QueueFull, Upstream, other
+from router.tokens import BadPrompt, extract
+
+if TYPE_CHECKING:
+    from router.app import Router
+
+PROXY_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+_DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
+                 b"trailer", b"upgrade", b"proxy-connection", b"expect"}
+_DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "date", "server"}
+_PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
+_JSON = [(b"content-type", b"application/json")]
+CONNECT_ATTEMPTS = 3
+
+
+def error_json(status: int, message: str, err_type: str, **extra: Any) -> bytes:
+    """vLLM's (and OpenAI's) nested error shape, with the router's extra fields."""
+    return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": status,
+                                 **extra}}).encode()
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    hdrs = list(_JSON if headers is None else headers)
+    hdrs.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _ConnectFailed(Exception):
+    pass
+
+
+class _Done:
+    __slots__ = ("finished",)
+
+    def __init__(self) -> None:
+        self.finished = False
+
+
+class Proxy:
+    """Handles POST /v1/completions and /v1/chat/completions as raw ASGI (the hot path)."""
+
+    def __init__(self, router: Router) -> None:
+        self.r = router
+        self.m = router.metrics
+
+    # ----- entry ---------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = scope["path"]
+        kind = PROXY_PATHS[endpoint]
+        status, route = await self._handle(scope, receive, send, kind, endpoint)
+        self.m.request(endpoint, route, status)
+
+    async def _reject(self, send: Send, status: int, rule: str, message: str, err_type: str,
+                      headers: list[tuple[bytes, bytes]] | None = None, **extra: Any) -> int:
+        self.m.reject(rule)
+        await respond(send, status, error_json(status, message, err_type, rule=rule, **extra),
+                      _JSON + (headers or []))
+        return status
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes | int | None:
+        """The body; its size when it is over the limit (read no further); None when the client left."""
+        limit = self.r.config.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > limit:
+                    return declared
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return None
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return size
+            parts.append(chunk)
+            if not msg.get("more_body", False):
+                return b"".join(parts)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, kind: str,
+                      endpoint: str) -> tuple[int, str]:
+        body = await self._read_body(scope, receive)
+        if body is None:
+            return 499, "none"
+        limit = self.r.config.max_body_bytes
+        if isinstance(body, int):
+            return await self._reject(send, 413, "body_too_large",
+                                      f"request body too large: {body} bytes or more; the limit is {limit} bytes",
+                                      "RequestTooLarge", limit_bytes=limit), "none"
+        try:
+            doc = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            return await self._reject(send, 400, "bad_request", f"invalid JSON in the request body: {exc}",
+                                      "BadRequestError"), "none"
+        try:
+            prompt = extract(kind, doc)
+        except BadPrompt as exc:
+            return await self._reject(send, 400, "bad_request", str(exc), "BadRequestError"), "none"
+        model = doc.get("model")
+        model = model if isinstance(model, str) else None
+        tokens = await self.r.counter.count(prompt, model)
+        pol = self.r.store.policy
+        limit_tokens = pol.length_limit_tokens
+        if limit_tokens is not None and tokens > limit_tokens and pol.length_limit_active(self.r.clock()):
+            client = self._client_id(scope, doc)
+            if (pol.length_limit_client is None or pol.length_limit_client == client) and \
+                    (pol.length_limit_model is None or pol.length_limit_model == model):
+                return await self._reject(
+                    send, 413, "length_limit",
+                    f"prompt of about {tokens} tokens is over the emergency length limit of {limit_tokens} tokens",
+                    "PromptTooLong", limit_tokens=limit_tokens, prompt_tokens=tokens,
+                    expires_at=pol.length_limit_expires_at), "none"
+        role = "hot" if tokens < pol.route_threshold_tokens else "cold"
+        done = _Done()
+        task = asyncio.current_task()
+        assert task is not None
+        watch = asyncio.ensure_future(self._watch(receive, task, done))
+        try:
+            return await self._run(scope, send, endpoint, body, doc, tokens, role, pol.route_threshold_tokens,
+                                   done)
+        except asyncio.CancelledError:
+            if not done.finished and watch.done():  # the client went away
+                return 499, role
+            raise
+        finally:
+            watch.cancel()
+
+    @staticmethod
+    def _client_id(scope: Scope, doc: dict[str, Any]) -> str:
+        for name, value in scope["headers"]:
+            if name == b"x-client-id":
+                return value.decode("latin-1")
+        user = doc.get("user")
+        if isinstance(user, str) and user:
+            return user
+        client = scope.get("client")
+        return str(client[0]) if client else ""
+
+    @staticmethod
+    async def _watch(receive: Receive, task: asyncio.Task[Any], done: _Done) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                if not done.finished:
+                    task.cancel()
+                return
+
+    # ----- routing and admission -----------------------------------------------------------------
+
+    def _choose(self, role: str, tokens: int) -> str | None:
+        adm = self.r.admission
+        if adm.has_eligible(role):
+            return role
+        alt = other(role)
+        if adm.has_eligible(alt) and self.r.fits(alt, tokens):
+            return alt
+        return None
+
+    async def _run(self, scope: Scope, send: Send, endpoint: str, body: bytes, doc: dict[str, Any], tokens: int,
+                   routed: str, threshold: int, done: _Done) -> tuple[int, str]:
+        headers = [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
+        path = endpoint + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
+        stream = bool(doc.get("stream"))
+        for _ in range(CONNECT_ATTEMPTS):
+            role = self._choose(routed, tokens)
+            if role is None:
+                return await self._no_upstream(send, routed, tokens), routed
+            try:
+                u = await self.r.admission.acquire(role, tokens)
+            except QueueFull as exc:
+                return await self._reject(send, 429, "queue_full", str(exc), "TooManyRequests",
+                                          [(b"retry-after", str(exc.retry_after).encode())],
+                                          retry_after_s=exc.retry_after), role
+            except NoUpstream as exc:
+                return await self._reject(send, 503, "no_upstream", str(exc), "ServiceUnavailable"), role
+            started = time.perf_counter()
+            try:
+                status = await self._exchange(u, send, path, body, headers, stream, tokens, threshold, done)
+                return status, role
+            except _ConnectFailed:
+                continue
+            finally:
+                self.r.admission.release(u, time.perf_counter() - started)
+        return await self._reject(send, 503, "no_upstream", f"could not connect to any {routed} upstream "
+                                  f"after {CONNECT_ATTEMPTS} attempts", "ServiceUnavailable"), routed
+
+    async def _no_upstream(self, send: Send, role: str, tokens: int) -> int:
+        alt = other(role)
+        why = f"no active, healthy {role} upstream"
+        if self.r.admission.has_eligible(alt):
+            why += f", and the prompt (about {tokens} tokens) does not fit the {alt} engine's max_model_len"
+        else:
+            why += f" and no {alt} upstream either"
+        return await self._reject(send, 503, "no_upstream", why, "ServiceUnavailable")
+
+    # ----- the exchange with the engine ----------------------------------------------------------
+
+    async def _exchange(self, u: Upstream, send: Send, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
+                        stream: bool, tokens: int, threshold: int, done: _Done) -> int:
+        client = self.r.client
+        req = client.build_request("POST", u.url + path, content=body, headers=headers)
+        try:
+            resp = await client.send(req, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            self.r.mark_down(u, f"connect: {type(exc).__name__}")
+            self.m.child(self.m.upstream_errors, u.name, "connect").inc()  # type: ignore[attr-defined]
+            raise _ConnectFailed from None
+        except httpx.TimeoutException:
+            self.m.child(self.m.upstream_errors, u.name, "timeout").inc()  # type: ignore[attr-defined]
+            return await self._reject(send, 504, "upstream_timeout", f"upstream {u.name} ({u.url}) sent no "
+                                      f"response within {self.r.config.upstream_timeout_s:g} s", "GatewayTimeout",
+                                      upstream=u.name)
+        except httpx.HTTPError as exc:
+            self.m.child(self.m.upstream_errors, u.name, "protocol").inc()  # type: ignore[attr-defined]
+            return await self._reject(send, 502, "upstream_error", f"upstream {u.name} ({u.url}) failed: "
+                                      f"{type(exc).__name__}: {exc}", "BadGateway", upstream=u.name)
+        try:
+            return await self._relay(u, resp, send, tokens, threshold, done)
+        finally:
+            await resp.aclose()
+
+    async def _relay(self, u: Upstream, resp: httpx.Response, send: Send, tokens: int, threshold: int,
+                     done: _Done) -> int:
+        status = resp.status_code
+        out = [(k, v) for k, v in resp.headers.raw if k.decode("latin-1").lower() not in _DROP_RESPONSE]
+        await send({"type": "http.response.start", "status": status, "headers": out})
+        sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        actual: int | None = None
+        tail = b""
+        last: float | None = None
+        gap = self.m.child(self.m.gap, u.name, u.role) if sse else None
+        gap_sq = self.m.child(self.m.gap_sq, u.name, u.role) if sse else None
+        msg: Message
+        try:
+            async for chunk in resp.aiter_raw():
+                if sse:
+                    n = chunk.count(b"data:")
+                    if n:
+                        idle = (chunk.count(b"[DONE]") + chunk.count(b'"choices": []') + chunk.count(b'"choices":[]')
+                                + chunk.count(b'"role"'))
+                        if n > idle:
+                            now = time.perf_counter()
+                            if last is not None:
+                                g = now - last
+                                gap.observe(g)  # type: ignore[union-attr]
+                                gap_sq.inc(g * g)  # type: ignore[union-attr]
+                            last = now
+                        if b'"prompt_tokens"' in chunk:
+                            found = _PROMPT_TOKENS.search(chunk)
+                            if found:
+                                actual = int(found.group(1))
+                else:
+                    tail = (tail + chunk)[-4096:]
+                msg = {"type": "http.response.body", "body": chunk, "more_body": True}
+                await send(msg)
+        except httpx.TimeoutException:
+            self.m.child(self.m.upstream_errors, u.name, "timeout").inc()  # type: ignore[attr-defined]
+            self.m.reject("upstream_timeout")
+            if sse:
+                err = error_json(504, f"upstream {u.name} sent nothing for {self.r.config.upstream_timeout_s:g} s "
+                                 "mid-stream", "GatewayTimeout", upstream=u.name)
+                await send({"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True})
+            status = 504
+        except httpx.HTTPError as exc:
+            self.m.child(self.m.upstream_errors, u.name, "protocol").inc()  # type: ignore[attr-defined]
+            if sse:
+                err = error_json(502, f"upstream {u.name} failed mid-stream: {type(exc).__name__}", "BadGateway",
+                                 upstream=u.name)
+                await send({"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True})
+            status = 502
+        done.finished = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if not sse and status == 200:
+            found = _PROMPT_TOKENS.search(tail)
+            if found:
+                actual = int(found.group(1))
+        if actual is not None:
+            self.m.checked.inc()
+            if (tokens < threshold) != (actual < threshold):
+                self.m.child(self.m.misrouted,  # type: ignore[attr-defined]
+                             "long_as_short" if tokens < threshold else "short_as_long").inc()
+        return status

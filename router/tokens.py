@@ -1,0 +1,146 @@
+"""Prompt token counting, pluggable: a fast estimate (default), the engine's /tokenize, a local tokenizer file."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+CHAT_TOKENS_PER_MESSAGE = 5  # role header and end-of-turn markers of a typical chat template
+CHAT_TOKENS_REPLY = 3  # the assistant header that starts the generation
+
+
+class BadPrompt(ValueError):
+    """A request body without a usable prompt (HTTP 400)."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What of a request body is counted: texts (the longest of a batch), or a token id count."""
+
+    kind: str  # "completions" | "chat"
+    text: str = ""  # completions: the longest prompt text
+    ids: int | None = None  # completions given as token ids: their count
+    messages: tuple[str, ...] = ()  # chat: message contents
+    raw_messages: Any = None
+
+
+def _content(msg: dict[str, Any]) -> str:
+    content = msg.get("content")
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def extract(kind: str, body: Any) -> Prompt:
+    """The prompt of a /v1/completions or /v1/chat/completions body, or BadPrompt naming what is wrong."""
+    if not isinstance(body, dict):
+        raise BadPrompt("the request body must be a JSON object")
+    if kind == "chat":
+        messages = body.get("messages")
+        if messages is None:
+            raise BadPrompt("missing field 'messages'")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise BadPrompt("'messages' must be a non-empty list of objects with a role and content")
+        return Prompt("chat", messages=tuple(_content(m) for m in messages), raw_messages=messages)
+    if "prompt" not in body:
+        raise BadPrompt("missing field 'prompt'")
+    prompt = body["prompt"]
+    if isinstance(prompt, str):
+        return Prompt("completions", text=prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return Prompt("completions", ids=len(prompt))
+        if all(isinstance(p, str) for p in prompt):
+            return Prompt("completions", text=max(prompt, key=len))
+        if all(isinstance(p, list) for p in prompt):
+            return Prompt("completions", ids=max(len(p) for p in prompt))
+    raise BadPrompt("'prompt' must be a string, a list of strings, or a list of token ids")
+
+
+class TokenCounter(Protocol):
+    method: str
+
+    async def count(self, prompt: Prompt, model: str | None) -> int: ...
+
+
+class EstimateCounter:
+    """Characters / chars_per_token (4 for English BPE); token-id prompts are counted exactly."""
+
+    method = "estimate"
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        self.cpt = chars_per_token
+
+    def count_now(self, prompt: Prompt) -> int:
+        if prompt.ids is not None:
+            return prompt.ids
+        if prompt.kind == "chat":
+            return sum(math.ceil(len(m) / self.cpt) + CHAT_TOKENS_PER_MESSAGE for m in prompt.messages) \
+                + CHAT_TOKENS_REPLY
+        return math.ceil(len(prompt.text) / self.cpt)
+
+    async def count(self, prompt: Prompt, model: str | None) -> int:
+        return self.count_now(prompt)
+
+
+class EngineCounter:
+    """The engine's POST /tokenize (exact, one extra round trip); falls back to the estimate on failure."""
+
+    method = "engine"
+
+    def __init__(self, client: httpx.AsyncClient, pick_url: Callable[[], str | None],
+                 fallback: EstimateCounter) -> None:
+        self.client = client
+        self.pick_url = pick_url
+        self.fallback = fallback
+        self.fallbacks = 0
+
+    async def count(self, prompt: Prompt, model: str | None) -> int:
+        if prompt.ids is not None:
+            return prompt.ids
+        url = self.pick_url()
+        if url is not None:
+            body: dict[str, Any] = {"messages": prompt.raw_messages} if prompt.kind == "chat" \
+                else {"prompt": prompt.text}
+            if model:
+                body["model"] = model
+            try:
+                resp = await self.client.post(url + "/tokenize", json=body)
+                if resp.status_code == 200:
+                    return int(resp.json()["count"])
+            except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                pass
+        self.fallbacks += 1
+        return self.fallback.count_now(prompt)
+
+
+class LocalTokenizerCounter:
+    """A Hugging Face tokenizer.json through the optional `tokenizers` package."""
+
+    method = "tokenizer"
+
+    def __init__(self, path: str) -> None:
+        try:
+            mod = importlib.import_module("tokenizers")
+        except ImportError:
+            raise ValueError("token_counter = \"tokenizer\" needs the `tokenizers` package, which is not "
+                             "installed; use \"estimate\" or \"engine\"") from None
+        try:
+            self.tok = mod.Tokenizer.from_file(path)
+        except Exception as exc:  # the library raises its own exception types
+            raise ValueError(f"tokenizer_file {path!r} cannot be loaded: {exc}") from None
+
+    def _n(self, text: str) -> int:
+        return len(self.tok.encode(text, add_special_tokens=False).ids)
+
+    async def count(self, prompt: Prompt, model: str | None) -> int:
+        if prompt.ids is not None:
+            return prompt.ids
+        if prompt.kind == "chat":
+            return sum(self._n(m) + CHAT_TOKENS_PER_MESSAGE for m in prompt.messages) + CHAT_TOKENS_REPLY
+        return self._n(prompt.text)
