@@ -27,6 +27,8 @@ class EngineReading:
     events: list[Event] = field(default_factory=list)
     config: EngineConfigView = field(default_factory=EngineConfigView)
     errors_extra: list[str] = field(default_factory=list)  # problems of sources other than HTTP samples
+    router_values: Mapping[str, float | None] = field(default_factory=dict)
+    router_reasons: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, source: str) -> list[Sample]:
         return [s for s in self.samples if s.source == source]
@@ -137,7 +139,8 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
     if metrics and metrics[-1].metrics is not None and not metrics[-1].metrics.stats_enabled:
         reasons["stats"] = "no vllm: metrics exposed: the engine runs with --disable-log-stats (not idle)"
     for source_values, source_reasons in ((reading.gpu_values, reading.gpu_reasons),
-                                          (reading.host_values, reading.host_reasons)):
+                                          (reading.host_values, reading.host_reasons),
+                                          (reading.router_values, reading.router_reasons)):
         for k, val in source_values.items():
             if values.get(k) is None:  # the engine's own metrics win (process_* works for remote engines)
                 values[k] = val

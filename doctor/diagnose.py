@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", action="append", default=[], metavar="NAME=0,1",
                    help="GPU indices the engine runs on (NVML on this host)")
     p.add_argument("--prometheus", metavar="URL", help="read history from this Prometheus server")
+    p.add_argument("--router", metavar="URL", help="the hot/cold router in front of the engines (its /metrics)")
     p.add_argument("--sample", help="window between the two direct reads (default 5s)")
     p.add_argument("--since", help="with --prometheus: judge this much history instead of sampling (e.g. 15m)")
     p.add_argument("--timeout", help="give up after this long overall (default 30s)")
@@ -83,6 +84,7 @@ class Options:
     very_long_prompt_tokens: int
     fail_on: str = "warning"
     settings: PlaybookSettings | None = None
+    router: str | None = None
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -103,7 +105,7 @@ def parse_options(argv: Sequence[str]) -> Options:
                     "prometheus": settings.prometheus_url, "state_dir": settings.state_dir,
                     "long_prompt_tokens": settings.long_prompt_tokens,
                     "very_long_prompt_tokens": settings.very_long_prompt_tokens,
-                    "request_timeout_s": settings.request_timeout_s}
+                    "request_timeout_s": settings.request_timeout_s, "router": settings.router.url}
     try:
         flag_engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
         engines = _merge_engines(cfg_engines, flag_engines)
@@ -128,7 +130,7 @@ def parse_options(argv: Sequence[str]) -> Options:
                    state_dir, not ns.no_history,
                    ns.long_prompt_tokens or int(defaults.get("long_prompt_tokens", 5120)),
                    ns.very_long_prompt_tokens or int(defaults.get("very_long_prompt_tokens", 8192)),
-                   ns.fail_on, settings)
+                   ns.fail_on, settings, ns.router or defaults.get("router"))
 
 
 def _merge_engines(from_config: list[EngineRef], from_flags: list[EngineRef]) -> list[EngineRef]:

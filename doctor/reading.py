@@ -20,7 +20,8 @@ import httpx
 from collectors.combine import EngineReading, build_signals, describe, detection_of
 from collectors.httpsource import read_engine
 from collectors.names import Detection
-from collectors.types import EngineConfigView, Signals
+from collectors.routersource import RouterSnapshot, derive_router_signals, read_router
+from collectors.types import EngineConfigView, Sample, Signals
 from doctor.engines import EngineRef
 
 if TYPE_CHECKING:
@@ -88,6 +89,29 @@ def _gpu_signals(ref: EngineRef, reading: EngineReading, history: SignalHistory 
     reading.gpu_values, reading.gpu_reasons = values, reasons
 
 
+ROUTER_SIGNALS = {"misrouted_share": "misrouted_share", "router_queue_p99_s": "router_queue_p99_s",
+                  "rejections_per_s": "rejections_per_s", "itl_cv": "router_itl_cv"}
+
+
+def _router_signals(opts: Options, readings: dict[str, EngineReading], samples: list[Sample]) -> None:
+    """The router's view of each engine (misrouting, its queue, chunk-gap CV measured from streams)."""
+    snaps: list[RouterSnapshot] = [s.data["snapshot"] for s in samples
+                                   if s.error is None and isinstance(s.data.get("snapshot"), RouterSnapshot)]
+    errors = [s.error for s in samples if s.error]
+    for ref in opts.engines:
+        reading = readings[ref.name]
+        if errors and not snaps:
+            reading.errors_extra.append(f"router {opts.router}: {errors[-1]}")
+            continue
+        if not snaps:
+            continue
+        prev, cur = (snaps[0], snaps[-1]) if len(snaps) > 1 else (None, snaps[-1])
+        values, reasons = derive_router_signals(prev, cur, engine=ref.name)
+        extra = {ROUTER_SIGNALS[k]: v for k, v in values.items() if k in ROUTER_SIGNALS}
+        reading.router_values = extra
+        reading.router_reasons = {ROUTER_SIGNALS[k]: v for k, v in reasons.items() if k in ROUTER_SIGNALS}
+
+
 def _is_local(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     return host in LOCAL_HOSTS
@@ -141,6 +165,7 @@ async def read_all(opts: Options, history: SignalHistory | None, *,
         finder = LocalProcessFinder()
         for e in local:
             finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
+    router_samples: list[Sample] = []
     if opts.since_s is not None and opts.prometheus:
         await _read_prometheus(opts, readings, clock=clock)
         window = opts.since_s
@@ -149,10 +174,17 @@ async def read_all(opts: Options, history: SignalHistory | None, *,
         async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
             await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=True,
                               clock=clock)
+            if opts.router:
+                router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
+                                                        clock=clock))
             await asyncio.sleep(opts.sample_s)
             await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=False,
                               clock=clock)
+            if opts.router:
+                router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
+                                                        clock=clock))
         window = max(opts.sample_s, 0.0)
+    _router_signals(opts, readings, router_samples)
     log_since = started - max(window, 300.0)
     for ref in opts.engines:
         reading = readings[ref.name]

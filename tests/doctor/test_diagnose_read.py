@@ -229,3 +229,34 @@ def test_fast_path_imports_neither_pandas_nor_textual() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert "BAD []" in r.stdout, r.stdout + r.stderr
+
+
+def test_router_signals_reach_the_hot_engine(tmp_path: Path) -> None:
+    from router.config import RouterConfig
+    from router.server import router_thread
+
+    with engine_thread(["m", *FAST, "--served-model-name", "hot"]) as hot, \
+            engine_thread(["m", *FAST, "--served-model-name", "cold"]) as cold:
+        cfg = RouterConfig(hot=[hot.url], cold=[cold.url], policy_file="", port=0)
+        with router_thread(cfg) as rt:
+            # 6000 one-letter words: 6000 tokens for the engine, but ~3000 by the router's 4-chars estimate,
+            # so they go hot although they are long: misrouted.
+            answered: list[str] = []
+
+            def send() -> None:  # during the doctor's window
+                threading.Event().wait(0.3)
+                for _ in range(4):
+                    r = httpx.post(rt.url + "/v1/completions", json={"prompt": "a " * 6000, "max_tokens": 2},
+                                   timeout=60)
+                    answered.append(r.json().get("model", "?"))
+
+            sender = threading.Thread(target=send)
+            sender.start()
+            code, report, err = _diagnose(["--engine", f"hot={hot.url}", "--engine", f"cold={cold.url}",
+                                           "--router", rt.url, "--sample", "3s"], tmp_path)
+            sender.join()
+    assert answered == ["hot"] * 4
+    assert report is not None, err
+    sig = {e["name"]: e["signals"] for e in report["engines"]}
+    assert sig["hot"]["misrouted_share"] == 1.0
+    assert "router_queue_p99_s" in sig["hot"]
