@@ -252,7 +252,7 @@ def test_router_signals_reach_the_hot_engine(tmp_path: Path) -> None:
 
             sender = threading.Thread(target=send)
             sender.start()
-            code, report, err = _diagnose(["--engine", f"hot={hot.url}", "--engine", f"cold={cold.url}",
+            _, report, err = _diagnose(["--engine", f"hot={hot.url}", "--engine", f"cold={cold.url}",
                                            "--router", rt.url, "--sample", "3s"], tmp_path)
             sender.join()
     assert answered == ["hot"] * 4
