@@ -55,8 +55,8 @@ more tensor-parallel shards) also helps.
             Action("relaunch", view.name, {"max_num_seqs": target if target else "lower"},
                    inverse={"max_num_seqs": current}, risk="medium",
                    description="reduce max_num_seqs so fewer sequences compete for KV blocks"),
-            Action("set_max_in_flight", view.name, {"max_in_flight": max(1, int(running * 0.75))},
-                   inverse={"max_in_flight": None}, risk="low"),
+            Action("set_max_in_flight", "router", {"engine": view.name, "max_in_flight": max(1, int(running * 0.75))},
+                   inverse={"engine": view.name, "max_in_flight": None}, risk="low"),
         ]
 
 

@@ -1,0 +1,1 @@
+"""Remediation: apply the playbooks' Actions within guardrails, verify them, roll back, audit."""
