@@ -10,6 +10,7 @@ USAGE = """usage: doctor <command> [options]
 commands:
   diagnose             read the engines, run the playbooks, report findings (exit 0/1/2; 3 = could not)
   playbooks            list the playbooks (--format markdown writes the runbooks)
+  actions              pending and recent actions; approve ID, reject ID, rollback ID decide and undo
   rules                Prometheus alerting rules for the same conditions as the playbooks
   router               the hot/cold admission router in front of the engines
   demo                 hot and cold sim engines with load, and what the doctor sees
@@ -30,7 +31,9 @@ COMMANDS = {
     "rules": "doctor.rules",
     "router": "router.cli",
     "demo": "doctor.demo",
+    "actions": "doctor.actions_cli",
 }
+PERSON_COMMANDS = ("approve", "reject", "rollback")  # doctor.actions_cli.main_for(command, argv)
 SIM_COMMANDS = {
     "engine": "sim.engine_cli",
     "load": "sim.load_cli",
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         return _run(SIM_COMMANDS[rest[0]], rest[1:])
+    if cmd in PERSON_COMMANDS:
+        from doctor.actions_cli import main_for
+
+        return main_for(cmd, rest)
     if cmd not in COMMANDS:
         print(f"doctor: unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
         return 2

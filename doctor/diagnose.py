@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", type=Path, help="history, playbook state and the lock "
                    "(default $XDG_STATE_HOME/serving-doctor)")
     p.add_argument("--no-history", action="store_true", help="do not read or write the state directory's history")
+    p.add_argument("--fix", action="store_true",
+                   help="apply the first remedy of each finding as the mode allows (observe, dry-run, approve, auto)")
+    p.add_argument("--yes", action="store_true", help="with --fix in approve mode: approve from this terminal")
+    p.add_argument("--verify-wait", help="with --fix: wait up to this long to verify (default from config, "
+                   "bounded by --timeout; the rest is verified by the next run)")
     p.add_argument("--long-prompt-tokens", type=int, help="hot/cold threshold (default 5120)")
     p.add_argument("--very-long-prompt-tokens", type=int, help="very long prompts (default 8192)")
     return p
@@ -85,6 +90,9 @@ class Options:
     fail_on: str = "warning"
     settings: PlaybookSettings | None = None
     router: str | None = None
+    fix: bool = False
+    yes: bool = False
+    verify_wait_s: float = 0.0
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -126,11 +134,19 @@ def parse_options(argv: Sequence[str]) -> Options:
         raise UsageError(f"doctor diagnose: error: --sample ({sample_s:g}s) must be shorter than "
                          f"--timeout ({timeout_s:g}s)")
     state_dir = ns.state_dir or (Path(defaults["state_dir"]) if defaults.get("state_dir") else None)
+    try:
+        verify_wait_s = parse_duration(ns.verify_wait) if ns.verify_wait else float(
+            getattr(settings, "verify_s", 0.0) if ns.fix else 0.0)
+    except DurationError as exc:
+        raise UsageError(f"doctor diagnose: error: {exc}") from None
+    if ns.yes and not ns.fix:
+        raise UsageError("doctor diagnose: error: --yes only makes sense with --fix")
     return Options(engines, sample_s, since_s, timeout_s, min(request_timeout_s, timeout_s), prometheus, ns.format,
                    state_dir, not ns.no_history,
                    ns.long_prompt_tokens or int(defaults.get("long_prompt_tokens", 5120)),
                    ns.very_long_prompt_tokens or int(defaults.get("very_long_prompt_tokens", 8192)),
-                   ns.fail_on, settings, ns.router or defaults.get("router"))
+                   ns.fail_on, settings, ns.router or defaults.get("router"), ns.fix, ns.yes,
+                   min(verify_wait_s, max(0.0, timeout_s - 2 * sample_s - 1)))
 
 
 def _merge_engines(from_config: list[EngineRef], from_flags: list[EngineRef]) -> list[EngineRef]:
@@ -163,20 +179,40 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     results = await read_all(opts, history, clock=clock)
     now = clock()
     state_dir = StateDir(opts.state_dir or default_state_dir())
+    remediator = _remediator(opts, state_dir.path) if opts.fix else None
+    in_progress: set[str] = set()
+    if remediator is not None:
+        await remediator.reconcile({r.ref.name: r.signals for r in results})
+        in_progress = remediator.guard.in_progress()
+    elif opts.history:
+        in_progress = _in_progress(opts, state_dir.path)
     state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if opts.history else {}
     views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
                         settings=opts.settings,
-                        history_for=(lambda name: EngineHistory(history, name)) if history else None)
+                        history_for=(lambda name: EngineHistory(history, name)) if history else None,
+                        in_progress=lambda name: name in in_progress)
     findings = run_playbooks(views, state, now=now, settings=opts.settings,
                              window_is_history=opts.since_s is not None)
     if opts.history:
         state_dir.save_json("playbooks.json", state)
     record_history(history, results, now)
+    actions: list[dict[str, Any]] = []
+    if remediator is not None:
+        records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger="cron",
+                                       yes=opts.yes)
+        if opts.verify_wait_s > 0 and any(r.status == "applied" for r in records):
+            async def reread() -> dict[str, Any]:
+                again = await read_all(opts, None, clock=clock)
+                return {r.ref.name: r.signals for r in again}
+
+            await remediator.verify(records, reread, wait_s=opts.verify_wait_s)
+        actions = [r.report() for r in records]
     readable = any(r.describe()["reachable"] for r in results)
     engines = []
     for r in results:
         described = r.describe()
         described["findings"] = [f.to_dict() for f in findings if f.engine == r.ref.name]
+        described["change_in_progress"] = r.ref.name in in_progress
         engines.append(described)
     from playbooks.model import worst
 
@@ -187,14 +223,40 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
         "window_s": round(now - started, 3) if opts.since_s is None else opts.since_s,
         "status": worst(findings) if readable else "unknown",
         "findings": [f.to_dict() for f in findings],
+        **({"actions": actions} if opts.fix else {}),
         "engines": engines,
     }
+
+
+def _in_progress(opts: Options, state_dir: Path) -> set[str]:
+    """Engines another doctor process is changing now (so this run says so instead of paging)."""
+    if not (state_dir / "guardrails.json").exists():
+        return set()
+    from doctor.config import DoctorConfig
+    from doctor.remedy.guardrails import Guardrails
+
+    config = opts.settings if isinstance(opts.settings, DoctorConfig) else DoctorConfig()
+    return Guardrails(state_dir, config).in_progress()
+
+
+def _remediator(opts: Options, state_dir: Path) -> Any:
+    from doctor.config import DoctorConfig
+    from doctor.remedy.setup import remediator
+
+    config = opts.settings if isinstance(opts.settings, DoctorConfig) else DoctorConfig()
+    return remediator(config, state_dir, router_url=opts.router)
 
 
 def exit_code(report: dict[str, Any], fail_on: str) -> int:
     status = report["status"]
     if status == "unknown":
         return EXIT_UNUSABLE
+    actions = report.get("actions", [])
+    if any(a["status"] in ("rolled_back", "failed") or "paged" in (a.get("reason") or "") for a in actions):
+        return EXIT_CRITICAL  # the fix did not hold, or a person was paged
+    fixed = [a for a in actions if a["status"] == "verified"]
+    if fixed and {f["id"] for f in report["findings"]} <= {a.get("finding") for a in fixed}:
+        return EXIT_OK  # every finding has a verified fix
     if fail_on == "never":
         return EXIT_OK
     if status == "critical":

@@ -41,11 +41,15 @@ def render_text(report: dict[str, Any], out: TextIO, *, colour: bool = False) ->
             params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
             print(f"    remedy {i}: {r['action']} on {r['target']}" + (f" ({params})" if params else ""), file=out)
         print(c("dim", f"    runbook: {f['runbook']}  id: {f['id']}"), file=out)
+    for a in report.get("actions", []):
+        print(f"\naction {a['id']}: {a['action']} on {a['target']} -> {a['status']}"
+              + (f" ({a['reason']})" if a.get("reason") else ""), file=out)
     for e in report["engines"]:
         sig = e["signals"]
         state = sig["health"] if e["reachable"] else "unreachable"
+        busy = "  [change in progress by the doctor]" if e.get("change_in_progress") else ""
         print(f"\n{e['name']} ({e['role'] or 'no role'}) {e['url']}  health: {state}  "
-              f"vLLM {e['version'] or '?'} (profile {e['version_profile'] or '?'})", file=out)
+              f"vLLM {e['version'] or '?'} (profile {e['version_profile'] or '?'}){busy}", file=out)
         for k in KEY_SIGNALS:
             v = sig.get(k)
             why = c("dim", f"   ({sig['reasons'].get(k, '')})") if v is None else ""

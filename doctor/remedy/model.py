@@ -114,6 +114,7 @@ class EngineTarget:
     gpus: tuple[int, ...] = ()
     max_model_len: int | None = None
     args: dict[str, Any] = field(default_factory=dict)  # current vLLM args (max_num_seqs, ...)
+    dcgm: str | None = None  # dcgm-exporter URL of the engine's GPUs (defragment checks memory was freed)
 
 
 @dataclass
@@ -123,7 +124,7 @@ class ActuatorContext:
     engines: Mapping[str, EngineTarget]
     state_dir: Path
     router_url: str | None = None
-    router_token: str | None = None  # never logged
+    router_token: str | None = field(default=None, repr=False)  # never logged, never in a repr
     templates: tuple[str, ...] = ()
     bounds: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 10.0

@@ -80,7 +80,7 @@ def test_falls_back_to_webhook_then_says_why_it_failed(tmp_path: Path) -> None:
     client = httpx.Client(transport=httpx.MockTransport(handler))
     assert escalate(ESC, alertmanager_url="http://am:9093", webhook_url="http://hook/x", client=client) == "webhook"
     assert got and '"engine": "hot"' in got[0].replace('":"', '": "')
-    with pytest.raises(EscalationError, match="no \\[escalation\\]"):
+    with pytest.raises(EscalationError, match=r"no \[escalation\]"):
         escalate(ESC, alertmanager_url=None, webhook_url=None)
-    with pytest.raises(EscalationError, match="connection|Connect"):
+    with pytest.raises(EscalationError, match=r"connection|Connect"):
         escalate(ESC, alertmanager_url=f"http://127.0.0.1:{_free_port()}", webhook_url=None)

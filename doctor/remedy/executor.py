@@ -1,0 +1,253 @@
+"""Apply planned actions within the guardrails, verify them, roll back, escalate; reconcile after a crash.
+
+Every step goes to the write-ahead journal before it is taken and to the audit log after, so a doctor
+killed between steps finds its unfinished work on the next start (`reconcile`): an action begun but
+not known to be applied is applied again (actions are idempotent: they set values), an applied one is
+verified or rolled back.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from collectors.types import Signals
+from doctor.remedy.actuators import Registry
+from doctor.remedy.audit import AuditLog
+from doctor.remedy.escalate import Escalation, EscalationError, escalate
+from doctor.remedy.guardrails import Guardrails, TargetBusy
+from doctor.remedy.journal import Journal
+from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
+from doctor.remedy.planner import Planned, plan_all
+from doctor.remedy.queue import ActionStore
+from playbooks.model import Action, Finding
+
+Reread = Callable[[], Awaitable[Mapping[str, Signals]]]
+CRASH_ENV = "SERVING_DOCTOR_CRASH_AT"  # test seam: "after-begin" | "after-apply" kills the doctor with SIGKILL
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _action(d: Mapping[str, Any]) -> Action:
+    return Action(str(d["action"]), str(d["target"]), dict(d.get("params") or {}),
+                  d.get("inverse"), d.get("risk", "low"))
+
+
+def _spec(d: Mapping[str, Any] | None) -> VerifySpec | None:
+    if not d:
+        return None
+    return VerifySpec(str(d["signal"]), d["direction"], d.get("target"), d.get("ratio"), float(d.get("within_s", 120)))
+
+
+class Remediator:
+    """One doctor's remediation loop over a state directory."""
+
+    def __init__(self, *, config: Any, state_dir: Path, registry: Registry, ctx: ActuatorContext,
+                 clock: Callable[[], float] = time.time, free_gpus: int | None = None) -> None:
+        self.config = config
+        self.registry = registry
+        self.ctx = ctx
+        self.clock = clock
+        self.free_gpus = free_gpus
+        self.journal = Journal(state_dir, clock=clock)
+        self.guard = Guardrails(state_dir, config, clock=clock, journal=self.journal)
+        self.audit = AuditLog(state_dir / "audit.jsonl", secrets=[ctx.router_token], clock=clock)
+        self.store = ActionStore(state_dir, clock=clock)
+
+    # ----- planning and applying ---------------------------------------------------------------
+
+    async def fix(self, findings: Sequence[Finding], signals: Mapping[str, Signals], *, trigger: str = "cron",
+                  yes: bool = False) -> list[ActionRecord]:
+        """Plan the first remedy of each finding and apply what the mode and guardrails allow."""
+        planned, _skipped = plan_all(findings)
+        records: list[ActionRecord] = []
+        for p in planned:
+            rec = p.record(trigger=trigger)
+            rec.before = _values(signals.get(p.engine))
+            decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=self.free_gpus)
+            if decision.mode == "observe":
+                continue
+            records.append(rec)
+            if not decision.allowed:
+                self._end(rec, "refused", decision.reason or "refused by the guardrails", journal=False)
+                continue
+            if p.is_escalation:
+                if decision.mode == "dry-run":
+                    self._set(rec, "planned", "dry-run: would page a person")
+                else:
+                    self._page(rec, p.finding)
+                continue
+            if decision.mode == "dry-run":
+                self._set(rec, "planned", "dry-run: would apply")
+                self.store.put(rec)
+                self.audit.write("dry_run", rec)
+                continue
+            if decision.mode == "approve" and not yes:
+                rec.status = "pending"
+                rec.reason = "waiting for `doctor approve` (approve mode)"
+                self.store.enqueue(rec)
+                self.audit.write("queued", rec)
+                continue
+            await self.apply(p, rec)
+        return records
+
+    async def apply(self, p: Planned, rec: ActionRecord) -> None:
+        """Take the target's lock, journal the intent, apply, record; refusals and failures change nothing."""
+        action = p.action
+        try:
+            actuator = self.registry.for_kind(action.kind)
+            actuator.check(action, self.ctx)
+        except Refused as exc:
+            self._end(rec, "refused", str(exc), journal=False)
+            return
+        try:
+            with self.guard.acquire(p.target):
+                self.journal.begin(rec)
+                self.audit.write("begin", rec)
+                _crash_point("after-begin")
+                try:
+                    self.guard.record_applied(p, engines_total=max(1, len(self.ctx.engines)), record_id=rec.id)
+                except Refused as exc:
+                    self._end(rec, "refused", str(exc))
+                    return
+                try:
+                    applied = await actuator.apply(action, self.ctx)
+                except (ActuatorError, Refused) as exc:
+                    self.guard.release(rec.id)
+                    self._end(rec, "failed", str(exc))
+                    self._page(rec, p.finding, failed=True)
+                    return
+                _crash_point("after-apply")
+                rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else None
+                rec.steps = [*rec.steps, *applied.steps]
+                self._set(rec, "applied", "applied; verifying")
+                self.journal.step(rec.id, "applied", status="applied", inverse=rec.inverse, steps=rec.steps)
+                self.audit.write("applied", rec)
+                self.store.put(rec)
+        except TargetBusy as exc:
+            self._end(rec, "refused", f"busy: {exc}", journal=False)
+
+    # ----- verification, rollback, reconciliation -----------------------------------------------
+
+    async def verify(self, records: Sequence[ActionRecord], reread: Reread, *, wait_s: float,
+                     interval_s: float = 5.0, sleep: Callable[[float], Awaitable[Any]] | None = None) -> None:
+        """Re-read until each applied action is judged or `wait_s` passes (the rest is left to the next run)."""
+        import asyncio
+
+        nap = sleep or asyncio.sleep
+        waiting = [r for r in records if r.status == "applied"]
+        deadline = self.clock() + wait_s
+        while waiting:
+            signals = await reread()
+            for rec in list(waiting):
+                if await self._judge(rec, signals, final=False):
+                    waiting.remove(rec)
+            if not waiting or self.clock() >= deadline:
+                break
+            await nap(min(interval_s, max(0.0, deadline - self.clock())))
+
+    async def _judge(self, rec: ActionRecord, signals: Mapping[str, Signals], *, final: bool) -> bool:
+        """True when the record reached an end (verified or rolled back)."""
+        spec = _spec(rec.verify)
+        if spec is None:
+            self._finish(rec, "verified", "nothing to verify for this action")
+            return True
+        after = _values(signals.get(rec.engine))
+        rec.after = after
+        met = spec.met(rec.before.get(spec.signal), after.get(spec.signal))
+        if met:
+            self._finish(rec, "verified", f"{spec.signal} {spec.direction} as required")
+            return True
+        overdue = self.clock() - rec.updated_at >= spec.within_s
+        if met is False and (overdue or final):
+            await self.rollback(rec, f"{spec.signal} did not go {spec.direction} within {spec.within_s:g}s "
+                                     f"({rec.before.get(spec.signal)} -> {after.get(spec.signal)})")
+            return True
+        if met is None and final:
+            self._finish(rec, "verified", f"{spec.signal} not readable: kept, not judged")
+            return True
+        return False
+
+    async def rollback(self, rec: ActionRecord, why: str) -> None:
+        """Apply the inverse; escalate either way."""
+        if rec.inverse is None:
+            self._finish(rec, "failed", f"{why}; no inverse to roll back with")
+        else:
+            inverse = _action(rec.inverse)
+            try:
+                await self.registry.for_kind(inverse.kind).apply(inverse, self.ctx)
+                self._finish(rec, "rolled_back", why)
+            except (ActuatorError, Refused) as exc:
+                self._finish(rec, "failed", f"{why}; rollback failed: {exc}")
+        self._page(rec, None, failed=True)
+
+    async def reconcile(self, signals: Mapping[str, Signals]) -> list[ActionRecord]:
+        """Finish what a killed doctor left: re-apply begun actions, judge applied ones."""
+        done = []
+        for rec in self.journal.unfinished():
+            if rec.status != "applied":
+                action = _action(rec.action)
+                try:
+                    applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
+                except (ActuatorError, Refused) as exc:
+                    self._finish(rec, "failed", f"interrupted, and finishing failed: {exc}")
+                    done.append(rec)
+                    continue
+                rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else rec.inverse
+                self._set(rec, "applied", "interrupted; finished on restart")
+                self.journal.step(rec.id, "applied on restart", status="applied", inverse=rec.inverse)
+                self.audit.write("reconciled", rec)
+            if not rec.before:
+                rec.before = _values(signals.get(rec.engine))
+            await self._judge(rec, signals, final=False)
+            done.append(rec)
+        return done
+
+    # ----- bookkeeping ---------------------------------------------------------------------------
+
+    def _set(self, rec: ActionRecord, status: Any, reason: str) -> None:
+        rec.status = status
+        rec.reason = reason
+        rec.updated_at = self.clock()
+
+    def _end(self, rec: ActionRecord, status: Any, reason: str, *, journal: bool = True) -> None:
+        self._set(rec, status, reason)
+        if journal:
+            self.journal.finish(rec.id, status, reason)
+        self.store.put(rec)
+        self.audit.write(status, rec)
+
+    def _finish(self, rec: ActionRecord, status: Any, reason: str) -> None:
+        self.guard.release(rec.id)
+        self._end(rec, status, reason)
+
+    def _page(self, rec: ActionRecord, finding: Finding | None, *, failed: bool = False) -> None:
+        esc_cfg = getattr(self.config, "escalation", None)
+        esc = Escalation(
+            summary=(f"{rec.playbook} on {rec.engine}: {rec.kind} {rec.status}" if failed else
+                     (finding.summary if finding else rec.reason)),
+            engine=rec.engine, playbook=rec.playbook, action=rec.kind, action_status=rec.status,
+            evidence="; ".join(e.text() for e in finding.evidence) if finding else rec.reason,
+            runbook=finding.runbook if finding else "", finding_id=rec.finding_id)
+        try:
+            where = escalate(esc, alertmanager_url=getattr(esc_cfg, "alertmanager_url", None),
+                             webhook_url=getattr(esc_cfg, "webhook_url", None), clock=self.clock)
+            note = f"paged via {where}"
+        except EscalationError as exc:
+            note = f"escalation not delivered: {exc}"
+        if not failed:
+            self._set(rec, "applied", note)
+        self.audit.write("escalated", rec, delivery=note)
+
+
+def _values(signals: Signals | None) -> dict[str, float | None]:
+    if signals is None:
+        return {}
+    return {k: (float(v) if isinstance(v, int | float) else None) for k, v in signals.values.items()}

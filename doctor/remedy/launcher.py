@@ -1,0 +1,577 @@
+"""The engine launcher: relaunch with changed arguments (blue/green on spare GPUs, else in place), scale out.
+
+`Launcher` is the backend interface (local processes here; systemd or Kubernetes can implement it).
+`LocalLauncher` fills the engine's command template (doctor.config EngineConfig.launch_command), starts
+it detached (own process group, stdin closed, stdout/stderr to a log file, pid file and a JSON record
+under STATE_DIR/engines/) and adopts what an earlier run started, so a cron run leaves nothing orphaned.
+A start that fails, or an engine that never answers /health, is rolled back: the old engine stays or
+comes back in service, and the ActuatorError carries the tail of the new engine's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import socket
+import string
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psutil
+
+from doctor.config import EngineConfig
+from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Refused
+from doctor.remedy.router_actuator import RouterActuator
+from doctor.remedy.vllm_admin import warm_up
+from playbooks.model import Action
+
+LAUNCHER_KINDS: tuple[str, ...] = ("relaunch", "scale_out")
+CONTROL_KEYS = frozenset({"reason", "restore", "fallback"})  # action params that are not vLLM arguments
+LOWER_FACTOR = 0.75  # "lower" in a playbook's params: 75% of the current value
+SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
+START_MARK = "=== serving-doctor launcher: starting "
+_SECRET_WORDS = ("key", "token", "secret", "password")
+FreeMemory = Callable[[int], "tuple[float, float] | None"]  # GPU index -> (free bytes, total bytes) or unknown
+
+
+class Process(Protocol):
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+
+Spawner = Callable[[str, Mapping[str, str], Path], Process]
+
+
+def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
+    """Start `command` through sh, detached: a new session (own process group), output appended to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
+
+
+@dataclass
+class LaunchedEngine:
+    """One engine process the launcher started (its record under STATE_DIR/engines/NAME@PORT.json)."""
+
+    name: str
+    pid: int
+    port: int
+    url: str
+    gpus: tuple[int, ...]
+    command: str
+    log: str
+    args: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
+    create_time: float | None = None  # psutil's, to tell a reused pid apart
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.port}"
+
+
+class Launcher(Protocol):
+    """A backend that can (re)start engines. LocalLauncher; systemd and Kubernetes backends can follow."""
+
+    async def relaunch(self, target: EngineTarget, ctx: ActuatorContext, changes: Mapping[str, Any]) -> Applied: ...
+
+    def adopt(self) -> list[LaunchedEngine]: ...
+
+
+def _with_port(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=f"{parts.hostname}:{port}"))
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def redact(command: str) -> str:
+    """A command line safe to show: values of --api-key/--*token*/... flags and X_TOKEN=... assignments masked."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return "(command not shown)"
+    out: list[str] = []
+    hide_next = False
+    for w in words:
+        name, eq, _ = w.partition("=")
+        secret = any(k in name.lower() for k in _SECRET_WORDS)
+        if hide_next:
+            out.append("***")
+        elif eq and secret:
+            out.append(f"{name}=***")
+        else:
+            out.append(w)
+        hide_next = w.startswith("--") and not eq and secret
+    return shlex.join(out)
+
+
+def _flag(key: str, value: Any) -> str:
+    name = "--" + key.replace("_", "-")
+    if value is True:
+        return name
+    if value is False:
+        return "--no-" + key.replace("_", "-")
+    return f"{name} {shlex.quote(str(value))}"
+
+
+class LocalLauncher:
+    """Engines as local processes. Implements Launcher and the Actuator protocol (relaunch, scale_out)."""
+
+    kinds: tuple[str, ...] = LAUNCHER_KINDS
+
+    def __init__(self, state_dir: Path, *, spawn: Spawner = popen_spawn, router: RouterActuator | None = None,
+                 gpu_pool: Sequence[int] | None = None, free_memory: FreeMemory | None = None,
+                 env: Mapping[str, str] | None = None, secret_env: Sequence[str] = SECRET_ENV,
+                 health_timeout_s: float = 120.0, stop_grace_s: float = 15.0,
+                 drain_timeout_s: float = 120.0, warm_batches: Sequence[int] = (4, 8, 16),
+                 warm_prompt_tokens: Sequence[int] = (512, 1024, 2048),
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self.dir = Path(state_dir) / "engines"
+        self.spawn = spawn
+        self.router = router
+        self.gpu_pool = None if gpu_pool is None else tuple(gpu_pool)
+        self.free_memory = free_memory
+        self.env = dict(env or {})
+        self.secret_env = tuple(secret_env)
+        self.health_timeout_s = health_timeout_s
+        self.stop_grace_s = stop_grace_s
+        self.drain_timeout_s = drain_timeout_s
+        self.warm_batches, self.warm_prompt_tokens = tuple(warm_batches), tuple(warm_prompt_tokens)
+        self.sleep = sleep
+        self._procs: dict[int, Process] = {}  # children of this process (polled, so none stays a zombie)
+
+    # ----- records -------------------------------------------------------------------------------
+
+    def _files(self, key: str) -> tuple[Path, Path]:
+        return self.dir / f"{key}.pid", self.dir / f"{key}.json"
+
+    def _save(self, rec: LaunchedEngine) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        pid_file, meta = self._files(rec.key)
+        tmp = meta.with_suffix(".tmp")
+        tmp.touch(mode=0o600)  # the command line may hold an --api-key
+        tmp.write_text(json.dumps(asdict(rec), sort_keys=True))
+        tmp.replace(meta)
+        pid_file.write_text(f"{rec.pid}\n")
+
+    def _forget(self, rec: LaunchedEngine) -> None:
+        for path in self._files(rec.key):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def alive(self, rec: LaunchedEngine) -> bool:
+        proc = self._procs.get(rec.pid)
+        if proc is not None:
+            return proc.poll() is None
+        try:
+            p = psutil.Process(rec.pid)
+            return p.status() != psutil.STATUS_ZOMBIE and (
+                rec.create_time is None or abs(p.create_time() - rec.create_time) < 1.0)
+        except psutil.Error:
+            return False
+
+    def adopt(self) -> list[LaunchedEngine]:
+        """Engines started earlier (pid files): alive ones are returned, dead ones' files removed."""
+        out: list[LaunchedEngine] = []
+        for pid_file in sorted(self.dir.glob("*.pid")) if self.dir.is_dir() else []:
+            meta = pid_file.with_suffix(".json")
+            try:
+                data = json.loads(meta.read_text())
+                rec = LaunchedEngine(**{**data, "gpus": tuple(data.get("gpus", ()))})
+            except (OSError, ValueError, TypeError):
+                rec = None
+            if rec is None or not self.alive(rec):
+                for path in (pid_file, meta):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                continue
+            out.append(rec)
+        return out
+
+    def record_for(self, name: str) -> LaunchedEngine | None:
+        """The live engine process named `name` (the newest when several)."""
+        recs = [r for r in self.adopt() if r.name == name]
+        return max(recs, key=lambda r: r.started_at) if recs else None
+
+    # ----- GPUs ----------------------------------------------------------------------------------
+
+    def spare_gpus(self, ctx: ActuatorContext, bytes_ratio: float = 0.9) -> list[int]:
+        """GPUs in the pool that no engine uses and (when a reading exists) have `bytes_ratio` of memory free."""
+        pool = self.gpu_pool if self.gpu_pool is not None else tuple(ctx.bounds.get("gpu_pool", ()) or ())
+        used = {g for e in ctx.engines.values() for g in e.gpus} | {g for r in self.adopt() for g in r.gpus}
+        out = []
+        for gpu in pool:
+            if gpu in used:
+                continue
+            reading = self.free_memory(gpu) if self.free_memory is not None else None
+            if reading is not None and reading[1] > 0 and reading[0] / reading[1] < bytes_ratio:
+                continue
+            out.append(gpu)
+        return out
+
+    # ----- commands ------------------------------------------------------------------------------
+
+    def command(self, target: EngineTarget, *, port: int, gpus: Sequence[int], args: Mapping[str, Any]) -> str:
+        """The engine's command template filled in; arguments without a placeholder are appended as flags."""
+        if not target.launcher:
+            raise Refused(f"engine {target.name!r} has no launcher command in the config")
+        cfg = EngineConfig(name=target.name, url=_with_port(target.url, port), role=target.role,  # type: ignore[arg-type]
+                           gpus=tuple(gpus), launcher=target.launcher, max_num_seqs=args.get("max_num_seqs"),
+                           max_num_batched_tokens=args.get("max_num_batched_tokens"),
+                           max_model_len=args.get("max_model_len"),
+                           tensor_parallel_size=args.get("tensor_parallel_size"),
+                           gpu_memory_utilization=args.get("gpu_memory_utilization"))
+        placeholders = {f for _, f, _, _ in string.Formatter().parse(target.launcher) if f}
+        line = cfg.launch_command(self.dir.parent)
+        extra = [_flag(k, v) for k, v in args.items() if k not in placeholders and k not in CONTROL_KEYS
+                 and v is not None]
+        return " ".join([line, *extra])
+
+    def resolve(self, target: EngineTarget, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """The vLLM arguments to change: control keys dropped, "lower" resolved; Refused when it cannot be."""
+        out: dict[str, Any] = {}
+        for key, value in changes.items():
+            if key in CONTROL_KEYS:
+                continue
+            if key in ("add_replicas", "replicas", "remove_replica"):
+                continue
+            if value == "lower":
+                current = target.args.get(key)
+                if not isinstance(current, int | float) or isinstance(current, bool):
+                    raise Refused(f"{key}='lower' but the current {key} of {target.name} is unknown; set it in "
+                                  "the config")
+                value = max(1, int(current * LOWER_FACTOR)) if isinstance(current, int) else current * LOWER_FACTOR
+            if isinstance(value, str) and any(c in value for c in ";&|`$\n"):
+                raise Refused(f"{key}: {value!r} is not a plain value")
+            out[key] = value
+        return out
+
+    # ----- processes -----------------------------------------------------------------------------
+
+    def start(self, target: EngineTarget, *, port: int, gpus: Sequence[int], args: Mapping[str, Any]) -> LaunchedEngine:
+        line = self.command(target, port=port, gpus=gpus, args={**target.args, **args})
+        self.dir.mkdir(parents=True, exist_ok=True)
+        log = self.dir / f"{target.name}@{port}.log"
+        try:
+            proc = self._spawn(line, gpus, log)
+        except OSError as exc:
+            raise ActuatorError(f"{target.name}: the launcher command could not be started: {exc}") from None
+        self._procs[proc.pid] = proc
+        try:
+            ctime: float | None = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            ctime = None
+        rec = LaunchedEngine(target.name, proc.pid, port, _with_port(target.url, port), tuple(gpus), line, str(log),
+                             {**target.args, **args}, time.time(), ctime)
+        self._save(rec)
+        return rec
+
+    def _spawn(self, line: str, gpus: Sequence[int], log: Path) -> Process:
+        """Start one command line; the log gets a start mark so its tail shows only this start."""
+        env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in self.secret_env}
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        with open(log, "a", encoding="utf-8") as out:
+            out.write(f"{START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {redact(line)}\n")
+        return self.spawn(line, env, log)
+
+    def log_tail(self, rec: LaunchedEngine, lines: int = 15) -> str:
+        try:
+            text = Path(rec.log).read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        starts = [i for i, t in enumerate(text) if t.startswith(START_MARK)]
+        text = text[starts[-1] + 1:] if starts else text
+        return "\n".join(text[-lines:]) or "(empty log)"
+
+    async def wait_healthy(self, rec: LaunchedEngine) -> None:
+        """Until /health answers 200; ActuatorError (with the log's tail) when it exits or times out."""
+        deadline = time.monotonic() + self.health_timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                if not self.alive(rec):
+                    proc = self._procs.get(rec.pid)
+                    code = proc.poll() if proc is not None else None
+                    raise ActuatorError(f"{rec.name}: the new engine exited (code {code}) before becoming healthy; "
+                                        f"command: {redact(rec.command)}\nlog tail:\n{self.log_tail(rec)}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(rec.url + "/health")).status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise ActuatorError(f"{rec.name}: the new engine never became healthy within "
+                                        f"{self.health_timeout_s:g}s; command: {redact(rec.command)}\n"
+                                        f"log tail:\n{self.log_tail(rec)}")
+                await self.sleep(0.1)
+
+    def _running(self, rec: LaunchedEngine) -> bool:
+        """The engine's leader or any process of its group (the shell's children, vLLM's workers) still runs."""
+        if self.alive(rec):
+            return True
+        for p in psutil.process_iter(["status"]):
+            with contextlib.suppress(OSError, psutil.Error):
+                if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == rec.pid:
+                    return True
+        return False
+
+    async def stop(self, rec: LaunchedEngine) -> None:
+        """SIGTERM to the engine's process group, SIGKILL after the grace period; its records removed."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if not self._running(rec):
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(rec.pid, sig)
+            deadline = time.monotonic() + self.stop_grace_s
+            while self._running(rec) and time.monotonic() < deadline:
+                await self.sleep(0.05)
+        self._procs.pop(rec.pid, None)
+        self._forget(rec)
+
+    async def _engine_idle(self, url: str) -> bool:
+        """Wait (bounded) until the engine's /load is 0 twice in a row (or it does not answer)."""
+        deadline = time.monotonic() + self.drain_timeout_s
+        quiet = 0
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while quiet < 2:
+                try:
+                    r = await client.get(url + "/load")
+                    busy = r.status_code == 200 and int(r.json().get("server_load", 0)) > 0
+                except (httpx.HTTPError, ValueError):
+                    busy = False
+                quiet = 0 if busy else quiet + 1
+                if time.monotonic() > deadline:
+                    return False
+                await self.sleep(0.1)
+        return True
+
+    async def _warm(self, rec: LaunchedEngine, target: EngineTarget) -> list[str]:
+        async with httpx.AsyncClient(timeout=300.0) as client:
+            return await warm_up(rec.url, client, batches=self.warm_batches, prompt_tokens=self.warm_prompt_tokens,
+                                 max_model_len=rec.args.get("max_model_len") or target.max_model_len)
+
+    async def _bring_up(self, target: EngineTarget, *, port: int, gpus: Sequence[int],
+                        args: Mapping[str, Any]) -> tuple[LaunchedEngine, list[str]]:
+        rec = self.start(target, port=port, gpus=gpus, args=args)
+        try:
+            await self.wait_healthy(rec)
+            return rec, await self._warm(rec, target)
+        except BaseException:
+            await self.stop(rec)
+            raise
+
+    async def _routed(self, ctx: ActuatorContext, name: str) -> str | None:
+        """The upstream's role when the router is configured and knows `name`, else None."""
+        if self.router is None or not ctx.router_url:
+            return None
+        try:
+            role, _ = await self.router.upstream(ctx, name)
+        except Refused:
+            return None
+        return role
+
+    async def _old_process(self, target: EngineTarget) -> LaunchedEngine | None:
+        rec = self.record_for(target.name)
+        if rec is None:
+            with contextlib.suppress(httpx.HTTPError):
+                async with httpx.AsyncClient(timeout=2.0) as client:
+                    if (await client.get(target.url.rstrip("/") + "/health")).status_code == 200:
+                        raise Refused(f"{target.name} at {target.url} is running but was not started by the doctor's "
+                                      f"launcher (no pid file under {self.dir}); it cannot be stopped safely")
+        return rec
+
+    # ----- relaunch ------------------------------------------------------------------------------
+
+    def _tp(self, target: EngineTarget, args: Mapping[str, Any]) -> int:
+        return int(args.get("tensor_parallel_size") or target.args.get("tensor_parallel_size") or 1)
+
+    def _inverse(self, target: EngineTarget, args: Mapping[str, Any]) -> Action:
+        return Action("relaunch", target.name, {**{k: target.args.get(k) for k in args}, "restore": True},
+                      risk="medium", description="relaunch with the previous arguments")
+
+    def _adopt_into(self, target: EngineTarget, rec: LaunchedEngine) -> dict[str, Any]:
+        """Point the target at the new process (later actions in this run see it) and say what changed."""
+        target.url, target.gpus = rec.url, rec.gpus
+        target.args.clear()
+        target.args.update({k: v for k, v in rec.args.items() if v is not None})
+        return {"url": rec.url, "port": rec.port, "gpus": list(rec.gpus), "pid": rec.pid,
+                "args": dict(target.args), "log": rec.log}
+
+    async def relaunch(self, target: EngineTarget, ctx: ActuatorContext, changes: Mapping[str, Any],
+                       *, gpus: Sequence[int] | None = None) -> Applied:
+        """Blue/green when the router knows the engine and spare GPUs exist, else drain-stop-start in place."""
+        args = self.resolve(target, changes)
+        tp = self._tp(target, args)
+        role = await self._routed(ctx, target.name)
+        old = await self._old_process(target)
+        spare = self.spare_gpus(ctx)
+        if role is not None and gpus is None and len(spare) >= tp:
+            return await self._blue_green(target, ctx, args, old, spare[:tp])
+        if gpus is None:
+            own = list(target.gpus)
+            gpus = own[:tp] if len(own) >= tp else own + spare[:tp - len(own)]
+            if len(gpus) < tp:
+                raise Refused(f"{target.name}: tensor_parallel_size {tp} needs {tp} GPUs; it has {len(own)} and "
+                              f"{len(spare)} spare ({spare})")
+        return await self._in_place(target, ctx, args, old, list(gpus), role)
+
+    async def _blue_green(self, target: EngineTarget, ctx: ActuatorContext, args: dict[str, Any],
+                          old: LaunchedEngine | None, gpus: list[int]) -> Applied:
+        assert self.router is not None
+        host = urlsplit(target.url).hostname or "127.0.0.1"
+        port = free_port(host)
+        steps = [f"blue/green: starting {target.name} on port {port}, GPUs {gpus} with {args}"]
+        try:
+            rec, warm = await self._bring_up(target, port=port, gpus=gpus, args=args)
+        except ActuatorError as exc:
+            raise ActuatorError(f"{exc}\nrolled back: the old engine stayed in service") from None
+        steps += [f"healthy at {rec.url} (pid {rec.pid})", *warm]
+        try:
+            await self.router.swap_upstream(ctx, target.name, target.name, rec.url)
+        except (ActuatorError, Refused) as exc:
+            await self.stop(rec)
+            raise ActuatorError(f"{target.name}: swapping the new engine in at the router failed ({exc}); the new "
+                                "engine was stopped and the old one stayed in service") from None
+        steps.append(f"router: {target.name} now {rec.url} (was {target.url})")
+        if not await self._engine_idle(target.url.rstrip("/")):
+            steps.append(f"the old engine still had requests after {self.drain_timeout_s:g}s; stopping it anyway")
+        if old is not None:
+            await self.stop(old)
+            steps.append(f"stopped the old engine (pid {old.pid})")
+        inverse = self._inverse(target, args)
+        return Applied(inverse, tuple(steps), self._adopt_into(target, rec))
+
+    async def _in_place(self, target: EngineTarget, ctx: ActuatorContext, args: dict[str, Any],
+                        old: LaunchedEngine | None, gpus: list[int], role: str | None) -> Applied:
+        port = urlsplit(target.url).port or 8000
+        steps: list[str] = []
+        prev_state: str | None = None
+        if role is not None:
+            assert self.router is not None
+            prev_state = await self.router.drain(ctx, target.name)
+            steps.append(f"router: {target.name} draining (the router fails over to the other role where prompts fit)")
+        try:
+            if old is not None:
+                if not await self._engine_idle(target.url.rstrip("/")):
+                    raise ActuatorError(f"{target.name} still had requests in flight after {self.drain_timeout_s:g}s "
+                                        "of draining; nothing was restarted")
+                await self.stop(old)
+                steps.append(f"stopped {target.name} (pid {old.pid})")
+            else:
+                steps.append(f"{target.name} was not running; starting it")
+            try:
+                rec, warm = await self._bring_up(target, port=port, gpus=gpus, args=args)
+            except ActuatorError as exc:
+                raise ActuatorError(f"{exc}\n{await self._restore(target, old)}") from None
+            steps += [f"started {target.name} (pid {rec.pid}) on GPUs {gpus} with {args}", *warm]
+        finally:
+            if prev_state is not None:
+                assert self.router is not None
+                await self.router.resume(ctx, target.name, prev_state)
+                steps.append(f"router: {target.name} {prev_state}")
+        return Applied(self._inverse(target, args), tuple(steps), self._adopt_into(target, rec))
+
+    async def _restore(self, target: EngineTarget, old: LaunchedEngine | None) -> str:
+        """After a failed in-place start: the old engine back as it was."""
+        if old is None:
+            return "rolled back: nothing to restore (the engine was not running before)"
+        rec = old
+        try:
+            proc = self._spawn(old.command, old.gpus, Path(old.log))
+            self._procs[proc.pid] = proc
+            rec = replace(old, pid=proc.pid, started_at=time.time(), create_time=None)
+            self._save(rec)
+            await self.wait_healthy(rec)
+            await self._warm(rec, target)
+        except (ActuatorError, OSError) as exc:
+            return f"rollback FAILED: the old engine did not come back ({str(exc).splitlines()[0]})"
+        return f"rolled back: the old engine is back in service (pid {rec.pid})"
+
+    # ----- scale out -----------------------------------------------------------------------------
+
+    async def add_replica(self, target: EngineTarget, ctx: ActuatorContext) -> Applied:
+        role = await self._routed(ctx, target.name)
+        if role is None or self.router is None:
+            raise Refused(f"{target.name}: a replica is added behind the router, and the router does not know it")
+        tp = self._tp(target, {})
+        spare = self.spare_gpus(ctx)
+        if len(spare) < tp:
+            raise Refused(f"{target.name}: a replica needs {tp} free GPU(s); spare: {spare or 'none'}")
+        existing = {r.name for r in self.adopt()}
+        name = next(f"{target.name}-r{i}" for i in range(2, 1000) if f"{target.name}-r{i}" not in existing)
+        host = urlsplit(target.url).hostname or "127.0.0.1"
+        replica = replace(target, name=name, url=_with_port(target.url, free_port(host)), gpus=(),
+                          args=dict(target.args))
+        rec, warm = await self._bring_up(replica, port=urlsplit(replica.url).port or 0, gpus=spare[:tp], args={})
+        try:
+            await self.router.add_upstream(ctx, role, name, rec.url)
+        except (ActuatorError, Refused):
+            await self.stop(rec)
+            raise
+        return Applied(Action("scale_out", target.name, {"remove_replica": name, "restore": True}, risk="medium"),
+                       (f"replica {name} at {rec.url} on GPUs {list(rec.gpus)} (pid {rec.pid})", *warm,
+                        f"router: added {name} to {role}"), {"replica": name, "url": rec.url, "gpus": list(rec.gpus)})
+
+    async def remove_replica(self, ctx: ActuatorContext, name: str) -> Applied:
+        rec = self.record_for(name)
+        steps = []
+        if self.router is not None and await self._routed(ctx, name) is not None:
+            await self.router.remove_upstream(ctx, name)
+            steps.append(f"router: removed {name}")
+        if rec is not None:
+            await self._engine_idle(rec.url)
+            await self.stop(rec)
+            steps.append(f"stopped {name} (pid {rec.pid})")
+        return Applied(None, tuple(steps))
+
+    # ----- the Actuator protocol -------------------------------------------------------------------
+
+    def check(self, action: Action, ctx: ActuatorContext) -> None:
+        if action.kind not in self.kinds:
+            raise Refused(f"{action.kind!r} is not a launcher action ({', '.join(self.kinds)})")
+        target = ctx.engines.get(action.target)
+        if target is None:
+            raise Refused(f"unknown engine {action.target!r} (configured: {', '.join(sorted(ctx.engines)) or 'none'})")
+        if not target.launcher:
+            raise Refused(f"engine {target.name!r} has no launcher command in the config")
+        p = action.params
+        if action.kind == "scale_out" and "remove_replica" in p:
+            return
+        args = self.resolve(target, p)
+        tp = args.get("tensor_parallel_size")
+        if tp is not None:
+            cap = ctx.bounds.get("tensor_parallel_max")
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or (cap and tp > int(cap)):
+                raise Refused(f"tensor_parallel_size {tp!r} is outside 1..{cap or 'the free GPUs'}")
+            free = len(set(target.gpus) | set(self.spare_gpus(ctx)))
+            if tp > free:
+                raise Refused(f"tensor_parallel_size {tp} needs {tp} GPUs; {free} are free (its own "
+                              f"{list(target.gpus)} + spare {self.spare_gpus(ctx)})")
+        if action.kind == "scale_out" and tp is None and not any(k in p for k in ("add_replicas", "replicas")):
+            raise Refused("scale_out needs params.tensor_parallel_size or params.add_replicas")
+
+    async def apply(self, action: Action, ctx: ActuatorContext) -> Applied:
+        self.check(action, ctx)
+        target = ctx.engines[action.target]
+        p = action.params
+        if action.kind == "scale_out":
+            if "remove_replica" in p:
+                return await self.remove_replica(ctx, str(p["remove_replica"]))
+            count = int(p.get("add_replicas", p.get("replicas", 0)) or 0)
+            if "tensor_parallel_size" not in p:
+                if count < 1:
+                    raise Refused(f"add_replicas must be >= 1, got {count}")
+                return await self.add_replica(target, ctx)
+        return await self.relaunch(target, ctx, p)

@@ -1,0 +1,65 @@
+"""Smoke test of the remediation efficacy bench: one short paired run, and the virtual router's policy semantics."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from doctor import efficacy as eff
+from router.policy import initial_policy, with_upstream_state
+from sim.scenarios import get_scenario
+from sim.workload import RequestSpec
+
+
+def _finite(v: object) -> bool:
+    return isinstance(v, int | float) and math.isfinite(v)
+
+
+def test_long_prompt_storm_pair_runs_and_the_doctor_acts() -> None:
+    sc = get_scenario("long_prompt_storm")
+    pair = eff.run_pair(sc, seed=0, duration_s=780.0)
+    base, doc = pair.metrics()
+    assert pair.baseline.mode == "observe" and pair.doctor.mode == "auto"
+    assert not pair.baseline.actions and not pair.baseline.policy_changes
+    # the same trace in both runs
+    assert [o.spec for o in pair.baseline.outcomes] == [o.spec for o in pair.doctor.outcomes]
+    applied = [a for a in pair.doctor.actions if a["status"] in ("applied", "verified")]
+    assert applied, pair.doctor.actions
+    assert applied[0]["action"] == "length_limit" and applied[0]["playbook"] == "p99_spike"
+    assert any("length_limit_tokens" in c for _, c in pair.doctor.policy_changes)
+    for m in (base, doc):
+        for cls in ("all", "short", "long"):
+            stats = m["classes"][cls]
+            assert stats["sent"] > 0 and stats["unfinished"] == 0
+            assert _finite(stats["p99_e2e_s"]) and _finite(stats["p99_ttft_s"])
+        for key in ("throughput_rps", "output_tokens_per_s", "goodput_rps", "peak_qps_served"):
+            assert _finite(m[key]) and m[key] > 0
+        assert _finite(m["time_to_detect_s"])
+    assert base["time_to_fix_s"] is None and _finite(doc["time_to_fix_s"])
+    assert doc["classes"]["long"]["rejected_413"] > 0 and base["classes"]["long"]["rejected_413"] == 0
+    assert all(o.cls == "long" for o in pair.doctor.outcomes if o.result == "rejected")
+
+
+def test_virtual_router_length_limit_queue_and_fairness() -> None:
+    h = eff.EfficacyHarness(seed=1)
+    h.add_engine("hot", ["m", "--max-num-seqs", "4"], env={"CUDA_VISIBLE_DEVICES": "0"})
+    h.add_engine("cold", ["m", "--max-model-len", "32768"], env={"CUDA_VISIBLE_DEVICES": "1"})
+    pol = initial_policy(["sim://hot"], ["sim://cold"], max_in_flight=2)
+    router = eff.VirtualRouter(h, replace(pol, length_limit_tokens=8192, length_limit_expires_at=h.now + 5.0))
+    specs = [RequestSpec(i, 0.0, 1000 - i * 100, 8, False) for i in range(5)]
+    outs = [router.submit(s, h.now) for s in specs]
+    big = router.submit(RequestSpec(9, 0.0, 9000, 8, True), h.now)
+    late = router.submit(RequestSpec(10, 0.0, 9000, 8, True), h.now + 10.0)  # after the limit expired
+    h.run_for(1e-6)
+    assert big.rejected == 413 and big.result == "rejected"
+    assert router.in_flight["hot"] == 2 and len(router.queues["hot"]) == 3  # max in flight holds the rest
+    h.run_for(120.0)
+    assert all(o.result == "ok" for o in outs) and late.result == "ok" and late.upstream == "cold"
+    # shortest first among the queued once slots free up
+    order = sorted(outs[2:], key=lambda o: o.record.sent if o.record else math.inf)
+    assert [o.spec.index for o in order] == [4, 3, 2]
+    # a drained hot upstream sends short prompts to cold (fail-over where they fit)
+    router.set_policy(with_upstream_state(router.policy, "hot", "draining"))
+    moved = router.submit(RequestSpec(11, 0.0, 200, 8, False), h.now)
+    h.run_for(60.0)
+    assert moved.upstream == "cold" and moved.result == "ok"
