@@ -1,135 +1,151 @@
-"""`doctor demo`: the seed's hot and cold engines (simulated) under load, and what can be seen of them.
+"""`doctor demo`: the whole loop on loopback, told as a short story with numbers.
 
-Until the diagnose loop lands, the demo shows the raw view an on-call engineer would start from:
-per engine every few seconds, the running and waiting requests, KV-cache usage, token throughput and
-the P99 time to first token over the last interval, read from each engine's /metrics.
+A hot and a cold simulated vLLM engine (the seed's settings) sit behind the hot/cold router. Clients
+send chat-sized prompts, and part-way through a storm of very long documents arrives. Every few
+seconds the doctor runs as cron would (`doctor diagnose --fix`, auto mode, within its guardrails):
+it finds the incident, applies the first remedy, and the P99 the clients see recovers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import sys
+import tempfile
 import time
-from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
+from router.config import RouterConfig
+from router.server import RouterThread
 from sim.engine_cli import EngineThread
 from sim.gpu import MemoryLedger
-from sim.loadgen import format_summary, run_load, summarize
-from sim.workload import RequestSpec, WorkloadSpec, generate
+from sim.loadgen import RequestResult, run_load
+from sim.workload import WorkloadSpec, generate
 
-HOT_ARGS = ["seed-model", "--max-num-seqs", "16", "--max-num-batched-tokens", "5120",
-            "--gpu-memory-utilization", "0.85", "--scheduling-policy", "fcfs", "--enforce-eager"]
-COLD_ARGS = ["seed-model", "--enable-chunked-prefill", "--max-model-len", "32768", "--max-num-seqs", "2",
-             "--gpu-memory-utilization", "0.85", "--enforce-eager"]
-ROUTE_THRESHOLD = 5120
-
-
-@dataclass
-class Snapshot:
-    """Counters and gauges of one scrape."""
-
-    running: float = 0.0
-    waiting: float = 0.0
-    kv: float = 0.0
-    gen_tokens: float = 0.0
-    ttft_buckets: dict[float, float] | None = None
+TOKEN = "demo-policy-token"
+HOT = ["seed-model", "--max-num-seqs", "16", "--max-num-batched-tokens", "5120", "--gpu-memory-utilization", "0.85",
+       "--enforce-eager", "--max-model-len", "32768"]
+COLD = ["seed-model", "--enable-chunked-prefill", "--max-model-len", "32768", "--max-num-seqs", "2",
+        "--gpu-memory-utilization", "0.85", "--enforce-eager"]
 
 
-def read_snapshot(text: str) -> Snapshot:
-    snap = Snapshot(ttft_buckets={})
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "vllm:num_requests_running":
-                snap.running = s.value
-            elif s.name == "vllm:num_requests_waiting":
-                snap.waiting = s.value
-            elif s.name == "vllm:kv_cache_usage_perc":
-                snap.kv = s.value
-            elif s.name == "vllm:generation_tokens_total":
-                snap.gen_tokens = s.value
-            elif s.name == "vllm:time_to_first_token_seconds_bucket" and snap.ttft_buckets is not None:
-                snap.ttft_buckets[float(s.labels["le"])] = s.value
-    return snap
-
-
-def p99_between(before: Snapshot, after: Snapshot) -> float | None:
-    """P99 from bucket deltas (linear inside the bucket, as histogram_quantile)."""
-    if not before.ttft_buckets or not after.ttft_buckets:
+def _p99(values: list[float]) -> float | None:
+    if not values:
         return None
-    bounds = sorted(after.ttft_buckets)
-    deltas = [after.ttft_buckets[b] - before.ttft_buckets.get(b, 0.0) for b in bounds]
-    total = deltas[-1]
-    if total <= 0:
-        return None
-    rank = 0.99 * total
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in zip(bounds, deltas, strict=True):
-        if count >= rank:
-            if bound == float("inf"):
-                return prev_bound
-            span = count - prev_count
-            return prev_bound + (bound - prev_bound) * ((rank - prev_count) / span if span else 1.0)
-        prev_bound, prev_count = bound, count
-    return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-async def watch(urls: dict[str, str], seconds: float, interval: float) -> None:
-    """Print one line per engine every `interval` seconds."""
-    async with httpx.AsyncClient(timeout=5.0) as client:
-        last: dict[str, Snapshot] = {}
-        start = time.monotonic()
-        while time.monotonic() - start < seconds:
-            await asyncio.sleep(interval)
-            t = time.monotonic() - start
-            for name, url in urls.items():
-                try:
-                    snap = read_snapshot((await client.get(url + "/metrics")).text)
-                except httpx.HTTPError as exc:
-                    print(f"  t={t:5.1f}s {name:4} unreachable: {exc}")
-                    continue
-                prev = last.get(name)
-                tps = (snap.gen_tokens - prev.gen_tokens) / interval if prev else 0.0
-                p99 = p99_between(prev, snap) if prev else None
-                p99_text = f"{p99 * 1000:7.0f} ms" if p99 is not None else "      - "
-                print(f"  t={t:5.1f}s {name:4} running {snap.running:3.0f}  waiting {snap.waiting:3.0f}  "
-                      f"KV {snap.kv * 100:5.1f}%  gen {tps:7.1f} tok/s  P99 TTFT {p99_text}")
-                last[name] = snap
+def _window_stats(results: list[RequestResult], lo: float, hi: float) -> tuple[float | None, int, int, int]:
+    """P99 TTFT of requests sent in [lo, hi) that were served, and counts: served, rejected (413), unfinished."""
+    sent = [r for r in results if r.sent_s is not None and lo <= r.sent_s < hi]
+    ttfts = [r.ttft_s for r in sent if r.success and r.ttft_s is not None]
+    rejected = sum(1 for r in sent if r.status == 413)
+    return _p99(ttfts), len(ttfts), rejected, len(sent) - len(ttfts) - rejected
 
 
-def build_workload(seconds: float, rate: float, storm_at: float, seed: int) -> list[RequestSpec]:
-    """Chat-like traffic with a long-prompt storm part-way through."""
-    spec = WorkloadSpec(rate_qps=rate, duration_s=seconds, long_share=0.02, seed=seed,
-                        schedule=((storm_at, 1.0, 0.25),))
-    return generate(spec)
+def _fmt(v: float | None) -> str:
+    return "   -  " if v is None else f"{v * 1000:6.0f} ms"
 
 
-async def run_demo(seconds: float, rate: float, seed: int) -> int:
+async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> list[tuple[float, str]]:
+    """Run `doctor diagnose --fix` every `every` seconds, narrating findings and actions; returns what was applied."""
+    applied: list[tuple[float, str]] = []
+    seen_findings: set[str] = set()
+    seen_actions: set[tuple[str, str]] = set()
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        await asyncio.sleep(every)
+        # A separate process, as cron runs it.
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "doctor.cli", "diagnose", "--config", str(config), "--fix", "--format", "json",
+            "--verify-wait", "0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        try:
+            report = json.loads(out.decode())
+        except ValueError:
+            say(f"doctor could not run: {err.decode().strip()[:300]}")
+            continue
+        t = time.monotonic() - started
+        for f in report["findings"]:
+            if f["id"] not in seen_findings and f["severity"] != "info":
+                seen_findings.add(f["id"])
+                ev = f["evidence"][0]
+                say(f"t={t:4.0f}s  doctor: [{f['severity'].upper()}] {f['engine']}: {f['summary']} "
+                    f"({ev['signal']} = {ev['value']}, threshold {ev['threshold']})")
+        for a in report.get("actions", []):
+            key = (a["id"], a["status"])
+            if key not in seen_actions and a["status"] not in ("refused",):
+                seen_actions.add(key)
+                params = ", ".join(f"{k}={v}" for k, v in a["params"].items())
+                say(f"t={t:4.0f}s  doctor: {a['action']} on {a['target']} ({params}) -> {a['status']}")
+                if a["status"] == "applied":
+                    applied.append((t, f"{a['action']} ({params})"))
+    return applied
+
+
+async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time_scale: float) -> int:
+    say = print
     ledger = MemoryLedger()
-    print("serving-doctor demo: a hot engine (short prompts) and a cold engine (long prompts), simulated.")
-    print(f"  hot : {' '.join(HOT_ARGS[1:])}")
-    print(f"  cold: {' '.join(COLD_ARGS[1:])}")
-    hot = EngineThread(HOT_ARGS, ledger=ledger).start()
-    cold = EngineThread(COLD_ARGS, env={"CUDA_VISIBLE_DEVICES": "1"}, ledger=ledger).start()
+    scale = ["--time-scale", str(time_scale)]
+    hot = EngineThread([*HOT, *scale], ledger=ledger).start()
+    cold = EngineThread([*COLD, *scale], env={"CUDA_VISIBLE_DEVICES": "1"}, ledger=ledger).start()
+    router = RouterThread(RouterConfig(hot=[hot.url], cold=[cold.url], policy_file="", port=0), token=TOKEN).start()
+    work = Path(tempfile.mkdtemp(prefix="doctor-demo-"))
+    config = work / "doctor.toml"
+    config.write_text(
+        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "auto"\nsample_s = "8s"\ntimeout_s = "60s"\n\n'
+        f'[router]\nurl = "{router.url}"\ntoken_env = "DEMO_ROUTER_TOKEN"\n\n'
+        f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot.url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
+        '[engines.slo]\np99_ttft_s = 2.0\n\n'
+        f'[[engines]]\nname = "cold"\nrole = "cold"\nurl = "{cold.url}"\nmax_model_len = 32768\nmax_num_seqs = 2\n'
+        '[engines.slo]\np99_ttft_s = 8.0\n')
+    os.environ["DEMO_ROUTER_TOKEN"] = TOKEN
     try:
-        storm_at = seconds / 2
-        specs = build_workload(seconds, rate, storm_at, seed)
-        short = [s for s in specs if s.prompt_tokens < ROUTE_THRESHOLD]
-        long = [s for s in specs if s.prompt_tokens >= ROUTE_THRESHOLD]
-        print(f"\nload: {len(specs)} requests over {seconds:.0f} s at {rate} req/s; long-prompt storm "
-              f"(25% >= 4096 tokens) from t={storm_at:.0f}s; prompts >= {ROUTE_THRESHOLD} tokens go cold\n")
-        results = await asyncio.gather(
-            run_load(hot.url, short, seed=seed, timeout_s=seconds * 4),
-            run_load(cold.url, long, seed=seed, timeout_s=seconds * 4),
-            watch({"hot": hot.url, "cold": cold.url}, seconds + 5, 5.0),
-        )
-        for name, result in (("hot", results[0]), ("cold", results[1])):
-            print(f"\n[{name}] client-side summary")
-            print(format_summary(summarize(result)))
+        say("serving-doctor demo: hot and cold vLLM engines (simulated) behind the hot/cold router, on loopback.")
+        say(f"  hot : {' '.join(HOT[1:])}\n  cold: {' '.join(COLD[1:])}\n  router: {router.url} "
+            f"(prompts >= 5120 tokens go cold)\n  doctor: `doctor diagnose --fix` every 12 s, auto mode, "
+            f"config {config}")
+        spec = WorkloadSpec(rate_qps=rate, duration_s=seconds, long_share=0.03, long_min=5200, long_max=8000,
+                            seed=seed, schedule=((storm_at, 1.0, 0.25),))
+        storm_specs = generate(spec)
+        # The storm's long prompts are documents of 9-16K tokens (over the 8192 emergency limit).
+        specs = [s if not (s.long and s.arrival_s >= storm_at) else
+                 type(s)(s.index, s.arrival_s, 9000 + (s.index * 7919) % 7000, s.output_tokens, True)
+                 for s in storm_specs]
+        say(f"\nload: {len(specs)} requests over {seconds:.0f} s at {rate} req/s; from t={storm_at:.0f}s a storm "
+            "of 9-16K-token documents (25% of requests)\n")
+        load = asyncio.ensure_future(run_load(router.url, specs, seed=seed, timeout_s=seconds * 3))
+        applied = await _doctor_loop(config, seconds, 12.0, say)
+        result = await load
+        say("\nwhat the clients saw: P99 time to first token of the requests sent in each 15 s that were served"
+            "\n(served / rejected with 413 / still unfinished when the load ended):")
+        step = 15.0
+        lo = 0.0
+        while lo < seconds:
+            p_all, n, rej, pending = _window_stats(result.results, lo, lo + step)
+            window = [r for r in result.results if r.sent_s is not None and lo <= r.sent_s < lo + step]
+            short = [r for r in window if not r.long]
+            long = [r for r in window if r.long]
+            p_short = _p99([r.ttft_s for r in short if r.success and r.ttft_s is not None])
+            p_long = _p99([r.ttft_s for r in long if r.success and r.ttft_s is not None])
+            say(f"  t={lo:3.0f}-{lo + step:3.0f}s  all {_fmt(p_all)}  short {_fmt(p_short)}  long {_fmt(p_long)}"
+                f"  ({n} / {rej} / {pending})")
+            lo += step
+        for t, what in applied:
+            before = _window_stats(result.results, max(0.0, t - 30), t)
+            after = _window_stats(result.results, t + 15, t + 45)
+            say(f"\nat t={t:.0f}s the doctor applied {what}: P99 TTFT of served requests "
+                f"{_fmt(before[0]).strip()} in the 30 s before -> {_fmt(after[0]).strip()} 15-45 s after "
+                f"({after[2]} rejected with 413, {after[3]} still waiting behind the backlog)")
+        audit = work / "state" / "audit.jsonl"
+        if audit.exists():
+            say(f"\naudit log: {audit} ({len(audit.read_text().splitlines())} entries)")
     finally:
+        router.stop()
         hot.stop()
         cold.stop()
     return 0
@@ -137,14 +153,16 @@ async def run_demo(seconds: float, rate: float, seed: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="doctor demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=40.0, help="length of the load (default 40)")
+    parser.add_argument("--seconds", type=float, default=200.0, help="length of the load (default 200)")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
+    parser.add_argument("--storm-at", type=float, default=10.0, help="when the long-document storm starts")
+    parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.rate <= 0:
-        parser.error("--seconds and --rate must be > 0")
+    if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0:
+        parser.error("--seconds, --rate and --time-scale must be > 0")
     try:
-        return asyncio.run(run_demo(args.seconds, args.rate, args.seed))
+        return asyncio.run(run_demo(args.seconds, args.rate, args.storm_at, args.seed, args.time_scale))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -23,6 +23,12 @@ def default_params(playbook: Playbook, engine: str) -> Mapping[str, float]:
     return playbook.defaults
 
 
+def _no_data(pb: Playbook, view: EngineView) -> bool:
+    """None of the playbook's signals has a value in this window."""
+    names = [s for s in pb.signals if s not in ("health", "events")]
+    return bool(names) and view.signals.health == "ok" and all(view.value(s) is None for s in names)
+
+
 def evaluate(views: Sequence[EngineView], state: MutableMapping[str, dict[str, Any]], *, now: float,
              playbooks: Sequence[Playbook] | None = None, params_for: ParamsFor = default_params,
              window_is_history: bool = False, enabled: Callable[[Playbook, str], bool] | None = None
@@ -48,6 +54,8 @@ def evaluate(views: Sequence[EngineView], state: MutableMapping[str, dict[str, A
                 continue
             cond = pb.check(pv)
             if cond is None:
+                if st is not None and _no_data(pb, pv):
+                    continue  # nothing measured this time (e.g. no request finished): neither held nor cleared
                 state.pop(key, None)
                 continue
             onset = float(st["onset"]) if st is not None else now

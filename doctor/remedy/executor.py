@@ -66,7 +66,8 @@ class Remediator:
     async def fix(self, findings: Sequence[Finding], signals: Mapping[str, Signals], *, trigger: str = "cron",
                   yes: bool = False) -> list[ActionRecord]:
         """Plan the first remedy of each finding and apply what the mode and guardrails allow."""
-        planned, _skipped = plan_all(findings)
+        # Info findings are chances to do better, not incidents: they are reported, never acted on.
+        planned, _skipped = plan_all([f for f in findings if f.severity != "info"])
         records: list[ActionRecord] = []
         for p in planned:
             rec = p.record(trigger=trigger)

@@ -117,3 +117,13 @@ def test_engine_down_warns_when_only_metrics_are_unreadable() -> None:
     cond = ENGINE_DOWN.check(v)
     assert cond is not None and cond.severity == "warning" and "timed out" in cond.summary
     assert ENGINE_DOWN.check(view({"scrape_ok": 1.0})) is None
+
+
+def test_a_window_without_data_neither_holds_nor_clears_an_incident() -> None:
+    state: dict[str, dict[str, Any]] = {}
+    evaluate([view(PRESSURE)], state, now=1000.0, playbooks=[KV_PRESSURE])
+    evaluate([view({"kv_cache_usage": None, "preemptions_per_s": None, "waiting": None})], state, now=1060.0,
+             playbooks=[KV_PRESSURE])
+    assert state["kv_pressure|hot"]["onset"] == 1000.0
+    found = evaluate([view(PRESSURE)], state, now=1300.0, playbooks=[KV_PRESSURE])
+    assert [f.playbook for f in found] == ["kv_pressure"]
