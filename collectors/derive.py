@@ -11,21 +11,15 @@ import math
 from collections.abc import Sequence
 
 from collectors.scrape import engine_count
-from collectors.types import EngineConfigView, HistogramData, MetricsSnapshot
+from collectors.types import SIGNAL_NAMES, EngineConfigView, HistogramData, MetricsSnapshot
 
 Values = dict[str, float | None]
 Reasons = dict[str, str]
 
-METRICS_SIGNALS: tuple[str, ...] = (
-    "uptime_s", "qps", "prompt_tokens_per_s", "generation_tokens_per_s", "running", "waiting",
-    "batch_utilization", "token_budget_utilization", "kv_cache_usage", "prefix_cache_hit_rate",
-    "preemptions_per_s",
-    "p50_e2e_s", "p95_e2e_s", "p99_e2e_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s",
-    "p50_itl_s", "p95_itl_s", "p99_itl_s", "p50_queue_s", "p95_queue_s", "p99_queue_s",
-    "p50_prefill_s", "p95_prefill_s", "p99_prefill_s",
-    "itl_cv", "prefill_s_per_token", "long_prompt_share", "very_long_prompt_share", "error_rate", "abort_rate",
-    "process_cpu", "process_rss_bytes",
-)
+# The signals /metrics gives: all of SIGNAL_NAMES but the GPU ones (those come from NVML or dcgm-exporter).
+GPU_ONLY: frozenset[str] = frozenset({"dram_utilization", "fb_used_ratio", "memory_growth_ratio", "sm_utilization",
+                                      "xid_errors", "xid_last_code", "ecc_dbe_errors"})
+METRICS_SIGNALS: tuple[str, ...] = tuple(s for s in SIGNAL_NAMES if s not in GPU_ONLY)
 QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 LATENCIES: tuple[str, ...] = ("e2e", "ttft", "itl", "queue", "prefill")
 ONE_SAMPLE = "one sample: rates need two"

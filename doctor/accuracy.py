@@ -28,7 +28,7 @@ from collectors.gpu import DcgmSource, GpuReader, engine_fb_bytes, gpu_signals
 from collectors.logs import parse_line, parse_stats, recognize
 from collectors.scrape import ScrapeError, parse_metrics
 from collectors.types import EngineConfigView, Event, Sample, Signals
-from doctor.pipeline import build_views, run_playbooks
+from doctor.pipeline import DefaultSettings, build_views, run_playbooks
 from playbooks.base import Playbook
 from playbooks.evaluate import evaluate
 from playbooks.model import Finding
@@ -161,20 +161,11 @@ class _EngineHistory:
 # ----- settings --------------------------------------------------------------------------------------------
 
 
-class ScenarioSettings:
+class ScenarioSettings(DefaultSettings):
     """Seed thresholds; templates configured where the scenario says so; no SLOs."""
 
     def __init__(self, templates_on: Sequence[str] = ()) -> None:
         self._templates = set(templates_on)
-
-    def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
-        return {}
-
-    def playbook_enabled(self, playbook_id: str, engine: str) -> bool:
-        return True
-
-    def slo_for(self, engine: str) -> Mapping[str, float]:
-        return {}
 
     def templates_configured(self, engine: str) -> bool:
         return engine in self._templates
