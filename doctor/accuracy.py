@@ -15,7 +15,6 @@ its first remedies and every warning or critical finding that is not part of the
 from __future__ import annotations
 
 import functools
-import importlib
 import statistics
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
@@ -29,10 +28,10 @@ from collectors.logs import parse_line, parse_stats, recognize
 from collectors.scrape import ScrapeError, parse_metrics
 from collectors.types import EngineConfigView, Event, Sample, Signals
 from doctor.pipeline import DefaultSettings, build_views, run_playbooks
+from doctor.rules import load_playbooks
 from playbooks.base import Playbook
 from playbooks.evaluate import evaluate
 from playbooks.model import Finding
-from playbooks.registry import PLAYBOOK_MODULES
 from sim.args import parse_engine_args
 from sim.engine_cli import DEATH_SHUTDOWN_DELAY_S
 from sim.faults import parse_fault
@@ -173,18 +172,8 @@ class ScenarioSettings(DefaultSettings):
 
 def available_playbooks() -> tuple[list[Playbook], list[str]]:
     """The registered playbooks whose modules exist (in precedence order), and the ids still missing."""
-    found: list[Playbook] = []
-    missing: list[str] = []
-    for name in PLAYBOOK_MODULES:
-        try:
-            module = importlib.import_module(f"playbooks.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"playbooks.{name}":
-                raise
-            missing.append(name)
-            continue
-        found.append(module.PLAYBOOK)
-    return found, missing
+    found, missing = load_playbooks()
+    return list(found.values()), missing
 
 
 # ----- reading one engine the way diagnose does ------------------------------------------------------------
