@@ -28,6 +28,7 @@ from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, init
 from router.proxy import PROXY_PATHS, Proxy
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
+from router.wire import WireClient
 
 log = logging.getLogger("router")
 POLICY_BODY_MAX = 1024 * 1024
@@ -67,6 +68,7 @@ class Router:
             timeout=httpx.Timeout(config.upstream_timeout_s, connect=config.connect_timeout_s),
             transport=httpx.AsyncHTTPTransport(limits=limits, socket_options=nodelay))
         self.health_client = httpx.AsyncClient(timeout=httpx.Timeout(config.health_timeout_s))
+        self.wire = WireClient(connect_timeout_s=config.connect_timeout_s, read_timeout_s=config.upstream_timeout_s)
         initial = initial_policy(config.hot, config.cold, route_threshold_tokens=config.route_threshold_tokens,
                                  batch_timeout_ms=config.batch_timeout_ms, fairness_window=config.fairness_window,
                                  max_queue=config.max_queue, max_in_flight=config.max_in_flight)
@@ -132,6 +134,7 @@ class Router:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
         self.admission.fail_all("the router is shutting down")
+        self.wire.close()
         await self.client.aclose()
         await self.health_client.aclose()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 from router.app import Router
 from router.config import ConfigError, load_config, validate
-from router.server import bind, serve
+from router.server import bind, run_loop, serve
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logging.getLogger("router").info("listening on http://%s:%d", cfg.host, sock.getsockname()[1])
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(router, sock))
+        run_loop(serve(router, sock))
     return 0
 
 

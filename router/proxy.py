@@ -8,11 +8,11 @@ import re
 import time
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from router.admission import NoUpstream, QueueFull, Upstream, other
 from router.tokens import BadPrompt, extract
+from router.wire import ConnectFailed, Response, WireError, WireTimeout
 
 if TYPE_CHECKING:
     from router.app import Router
@@ -217,34 +217,32 @@ class Proxy:
 
     async def _exchange(self, u: Upstream, send: Send, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
                         stream: bool, tokens: int, threshold: int, done: _Done) -> int:
-        client = self.r.client
-        req = client.build_request("POST", u.url + path, content=body, headers=headers)
         try:
-            resp = await client.send(req, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            self.r.mark_down(u, f"connect: {type(exc).__name__}")
+            resp = await self.r.wire.post(u.url, path, body, headers)
+        except ConnectFailed as exc:
+            self.r.mark_down(u, f"connect: {exc}")
             self.m.child(self.m.upstream_errors, u.name, "connect").inc()  # type: ignore[attr-defined]
             raise _ConnectFailed from None
-        except httpx.TimeoutException:
+        except WireTimeout:
             self.m.child(self.m.upstream_errors, u.name, "timeout").inc()  # type: ignore[attr-defined]
             return await self._reject(send, 504, "upstream_timeout", f"upstream {u.name} ({u.url}) sent no "
                                       f"response within {self.r.config.upstream_timeout_s:g} s", "GatewayTimeout",
                                       upstream=u.name)
-        except httpx.HTTPError as exc:
+        except WireError as exc:
             self.m.child(self.m.upstream_errors, u.name, "protocol").inc()  # type: ignore[attr-defined]
-            return await self._reject(send, 502, "upstream_error", f"upstream {u.name} ({u.url}) failed: "
-                                      f"{type(exc).__name__}: {exc}", "BadGateway", upstream=u.name)
+            return await self._reject(send, 502, "upstream_error", f"upstream {u.name} ({u.url}) failed: {exc}",
+                                      "BadGateway", upstream=u.name)
         try:
             return await self._relay(u, resp, send, tokens, threshold, done)
         finally:
-            await resp.aclose()
+            resp.close()
 
-    async def _relay(self, u: Upstream, resp: httpx.Response, send: Send, tokens: int, threshold: int,
+    async def _relay(self, u: Upstream, resp: Response, send: Send, tokens: int, threshold: int,
                      done: _Done) -> int:
-        status = resp.status_code
-        out = [(k, v) for k, v in resp.headers.raw if k.decode("latin-1").lower() not in _DROP_RESPONSE]
+        status = resp.status
+        out = [(k, v) for k, v in resp.headers if k.decode("latin-1").lower() not in _DROP_RESPONSE]
         await send({"type": "http.response.start", "status": status, "headers": out})
-        sse = resp.headers.get("content-type", "").startswith("text/event-stream")
+        sse = resp.header(b"content-type").startswith(b"text/event-stream")
         actual: int | None = None
         tail = b""
         last: float | None = None
@@ -252,7 +250,7 @@ class Proxy:
         gap_sq = self.m.child(self.m.gap_sq, u.name, u.role) if sse else None
         msg: Message
         try:
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.iter_body():
                 if sse:
                     n = chunk.count(b"data:")
                     if n:
@@ -273,7 +271,7 @@ class Proxy:
                     tail = (tail + chunk)[-4096:]
                 msg = {"type": "http.response.body", "body": chunk, "more_body": True}
                 await send(msg)
-        except httpx.TimeoutException:
+        except WireTimeout:
             self.m.child(self.m.upstream_errors, u.name, "timeout").inc()  # type: ignore[attr-defined]
             self.m.reject("upstream_timeout")
             if sse:
@@ -281,10 +279,10 @@ class Proxy:
                                  "mid-stream", "GatewayTimeout", upstream=u.name)
                 await send({"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True})
             status = 504
-        except httpx.HTTPError as exc:
+        except WireError as exc:
             self.m.child(self.m.upstream_errors, u.name, "protocol").inc()  # type: ignore[attr-defined]
             if sse:
-                err = error_json(502, f"upstream {u.name} failed mid-stream: {type(exc).__name__}", "BadGateway",
+                err = error_json(502, f"upstream {u.name} failed mid-stream: {exc}", "BadGateway",
                                  upstream=u.name)
                 await send({"type": "http.response.body", "body": b"data: " + err + b"\n\n", "more_body": True})
             status = 502

@@ -1,0 +1,298 @@
+"""A lean keep-alive HTTP/1.1 client for the proxy's hot path (router -> engine).
+
+httpx costs the router about a millisecond of CPU per proxied request on a 2-core machine (anyio
+cancel scopes, h11 event objects, a failed `import sniffio` per call in httpcore), which alone breaks
+the router's budget of 1 ms added at P50 (bench/router_overhead.py). This client does only what the
+proxy needs: POST one pre-built request on a pooled connection, parse the response with httptools
+(the C parser uvicorn uses), and hand the body over as it arrives, with back-pressure, timeouts and
+clean close on cancellation (so a client that leaves makes the engine see a disconnect). Everything
+else the router says to engines (health, /tokenize, /v1/models) still goes through httpx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator, Callable
+from urllib.parse import urlsplit
+
+import httptools
+
+HIGH_WATER = 1 << 20  # bytes buffered from an engine before the router stops reading it
+LOW_WATER = 1 << 18
+IDLE_EXPIRY_S = 4.0  # vLLM's (uvicorn's) keep-alive timeout is 5 s: never reuse a connection close to it
+MAX_IDLE_PER_ORIGIN = 512
+
+
+class WireError(Exception):
+    """Any failure talking to an engine; `kind` is connect, timeout or protocol."""
+
+    kind = "protocol"
+
+
+class ConnectFailed(WireError):
+    kind = "connect"
+
+
+class WireTimeout(WireError):
+    kind = "timeout"
+
+
+class _Stale(WireError):
+    """A reused connection closed before a single response byte: safe to send again on a fresh one."""
+
+
+class _Conn(asyncio.Protocol):
+    """One TCP connection to an engine, carrying one request at a time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.idle_since = 0.0
+        self._reset()
+
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.got_bytes = False
+        self.head_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.until_eof = True  # neither content-length nor chunked: the body ends when the engine closes
+        self.error: WireError | None = None
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.buffered = 0
+        self.paused = False
+        self.waiter: asyncio.Future[None] | None = None
+
+    # ----- asyncio.Protocol ----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(WireError(f"malformed HTTP response: {exc}"))
+            self.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.complete:
+            return
+        if self.head_done and self.until_eof and exc is None:
+            self.complete = True
+            self._wake()
+        elif not self.got_bytes:
+            self._fail(_Stale("the engine closed the connection before answering"))
+        else:
+            self._fail(WireError("the engine closed the connection mid-response"
+                                 + (f": {exc}" if exc else "")))
+
+    # ----- httptools callbacks -------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        lower = name.lower()
+        if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
+            self.until_eof = False
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.head_done = True
+        self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.keep_alive = self.parser.should_keep_alive()  # only meaningful inside the callback
+        self.complete = True
+        self._wake()
+
+    # ----- for the client ------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _fail(self, error: WireError) -> None:
+        if self.error is None:
+            self.error = error
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_exception(error)
+
+    async def wait(self, timeout_s: float, what: str) -> None:
+        """Until the parser has news (head, body, end) or `timeout_s` passes with none."""
+        if self.error is not None:
+            raise self.error
+        self.waiter = w = self.loop.create_future()
+        timer = self.loop.call_later(timeout_s, _expire, w, what, timeout_s)
+        try:
+            await w
+        finally:
+            timer.cancel()
+            self.waiter = None
+
+    def take_chunk(self) -> bytes | None:
+        if not self.chunks:
+            return None
+        chunk = self.chunks.popleft()
+        self.buffered -= len(chunk)
+        if self.paused and self.buffered < LOW_WATER and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+        return chunk
+
+    def reusable(self) -> bool:
+        return self.complete and self.keep_alive and not self.closed and self.error is None and not self.chunks
+
+    def abort(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+
+def _expire(w: asyncio.Future[None], what: str, timeout_s: float) -> None:
+    if not w.done():
+        w.set_exception(WireTimeout(f"no {what} within {timeout_s:g} s"))
+
+
+class Response:
+    """An engine's answer: status and headers now, the body as it arrives; `close()` always (returns the
+    connection to the pool when the body was read to the end, else closes it)."""
+
+    def __init__(self, conn: _Conn, release: Callable[[_Conn], None], read_timeout_s: float) -> None:
+        self._conn = conn
+        self._release = release
+        self._timeout = read_timeout_s
+        self.status = conn.status
+        self.headers = conn.headers
+        self._closed = False
+
+    def header(self, name: bytes) -> bytes:
+        for k, v in self.headers:
+            if k.lower() == name:
+                return v
+        return b""
+
+    async def iter_body(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            chunk = conn.take_chunk()
+            if chunk is not None:
+                yield chunk
+                continue
+            if conn.complete:
+                return
+            await conn.wait(self._timeout, "bytes from the engine")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._conn.reusable():
+            self._release(self._conn)
+        else:
+            self._conn.abort()
+
+
+class WireClient:
+    """Pools of keep-alive connections per engine origin."""
+
+    def __init__(self, *, connect_timeout_s: float, read_timeout_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.read_timeout_s = read_timeout_s
+        self.clock = clock
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._origins: dict[str, tuple[str, int, bytes]] = {}
+
+    def _origin(self, base_url: str) -> tuple[str, int, bytes]:
+        found = self._origins.get(base_url)
+        if found is None:
+            parts = urlsplit(base_url)
+            if parts.scheme != "http" or not parts.hostname:
+                raise ConnectFailed(f"unsupported upstream URL {base_url!r} (plain http://host:port only)")
+            found = (parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"))
+            self._origins[base_url] = found
+        return found
+
+    async def _connect(self, host: str, port: int) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(loop), host, port),
+                                             self.connect_timeout_s)
+        except TimeoutError:
+            raise ConnectFailed(f"connect to {host}:{port} timed out after {self.connect_timeout_s:g} s") from None
+        except OSError as exc:
+            raise ConnectFailed(f"connect to {host}:{port}: {exc.strerror or exc}") from None
+        return conn
+
+    def _take_idle(self, key: tuple[str, int]) -> _Conn | None:
+        idle = self._idle.get(key)
+        now = self.clock()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < IDLE_EXPIRY_S:
+                return conn
+            conn.abort()
+        return None
+
+    def _put_idle(self, key: tuple[str, int], conn: _Conn) -> None:
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= MAX_IDLE_PER_ORIGIN:
+            conn.abort()
+            return
+        conn.idle_since = self.clock()
+        conn._reset()
+        idle.append(conn)
+
+    async def post(self, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
+        """Send POST base_url+path; return once the engine's status line and headers are in."""
+        host, port, netloc = self._origin(base_url)
+        key = (host, port)
+        head = [b"POST ", path.encode("latin-1"), b" HTTP/1.1\r\nhost: ", netloc,
+                b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
+        for k, v in headers:
+            head += (k, b": ", v, b"\r\n")
+        head.append(b"\r\n")
+        data = b"".join(head) + body
+        for _ in range(2):
+            conn = self._take_idle(key)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(host, port)
+            try:
+                assert conn.transport is not None
+                conn.transport.write(data)
+                while not conn.head_done:
+                    await conn.wait(self.read_timeout_s, "response from the engine")
+            except _Stale:
+                conn.abort()
+                if reused:
+                    continue
+                raise WireError("the engine closed the connection before answering") from None
+            except BaseException:
+                conn.abort()
+                raise
+            return Response(conn, lambda c: self._put_idle(key, c), self.read_timeout_s)
+        raise WireError("the engine closed two connections in a row before answering")
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.abort()
+        self._idle.clear()
