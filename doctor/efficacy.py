@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,11 +57,16 @@ LONG_CLASS_TOKENS = 5120  # request classes: short < 5120 prompt tokens <= long
 TTFT_SLO_S = 2.0  # goodput and recovery SLOs (vllm bench serve semantics: both must hold)
 TPOT_SLO_S = 0.100
 WINDOW_S = 30.0  # recovery windows (the doctor's cadence)
-PEAK_WINDOW_S = 10.0  # peak QPS served: the most completions in a 10 s window
+PEAK_WINDOW_S = 10.0  # peak QPS: the most completions (within SLO, for goodput) in a 10 s window
 HEALTH_EVERY_S = 2.0  # the router's health loop
 COOLDOWN_S = 600.0  # per action kind + target
 VERIFY_S = 120.0  # after an action is in effect, what it should improve must have improved
 DRAIN_LIMIT_S = 900.0  # after the trace ends, requests still in flight get this long to finish
+# The capacity probe (peak QPS within SLO): after the incident and the drain, with the doctor no longer acting,
+# the incident's own request mix arrives at a rate ramping from PROBE_FROM to PROBE_TO times the incident's mean
+# rate over PROBE_S; the most requests served within the SLOs in a PEAK_WINDOW_S window is the deployment's
+# capacity as the incident (and the doctor) left it.
+PROBE_FROM, PROBE_TO, PROBE_S, PROBE_TAIL_S = 0.5, 3.0, 450.0, 60.0
 
 
 # ----- the harness and the client's view of a request --------------------------------------------------------
@@ -789,12 +795,15 @@ class RunResult:
     evaluations: list[Evaluation]
     actions: list[dict[str, Any]] = field(default_factory=list)
     policy_changes: list[tuple[float, str]] = field(default_factory=list)
+    probe: list[Outcome] = field(default_factory=list)  # the capacity probe's requests (none unless asked)
+    probe_rates: tuple[float, float] = (0.0, 0.0)  # its arrival rate at the start and at the end, req/s
 
 
 def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: float | None = None,
         eval_every_s: float = 30.0, gpus: int = 4, cooldown_s: float = COOLDOWN_S,
-        verify_s: float = VERIFY_S) -> RunResult:
-    """Run `scenario` in virtual time with the doctor in `mode` (observe: reads and reports only; auto: acts)."""
+        verify_s: float = VERIFY_S, probe: bool = False) -> RunResult:
+    """Run `scenario` in virtual time with the doctor in `mode` (observe: reads and reports only; auto: acts);
+    with `probe`, then measure the capacity the deployment was left with (see PROBE_S)."""
     if mode not in ("observe", "auto"):
         raise ValueError(f"mode must be observe or auto, got {mode!r}")
     if eval_every_s <= 0:
@@ -812,7 +821,8 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
     router = VirtualRouter(h, initial_policy([f"sim://{e.name}" for e in sc.engines if e.role == "hot"],
                                              [f"sim://{e.name}" for e in sc.engines if e.role == "cold"],
                                              route_threshold_tokens=sc.route_threshold))
-    for spec in sc.requests(seed):
+    specs = list(sc.requests(seed))
+    for spec in specs:
         router.submit(spec, t0 + spec.arrival_s)
     for incident in sc.timeline:
         if incident.kind in ("fault", "restart"):
@@ -848,8 +858,43 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
     while h.now < limit and any(o.result == "unfinished" and o.rejected is None for o in router.outcomes
                                 if o.sent < end):
         h.run_for(10.0)
-    return RunResult(sc, seed, mode, t0, duration, router.outcomes, evaluations,
-                     [doctor.describe(a, t0) for a in doctor.log], [(t - t0, c) for t, c in router.changes])
+    n_trace = len(router.outcomes)
+    rates = _probe(h, router, specs, sc.onset_s or 0.0, duration, seed) if probe else (0.0, 0.0)
+    return RunResult(sc, seed, mode, t0, duration, router.outcomes[:n_trace], evaluations,
+                     [doctor.describe(a, t0) for a in doctor.log], [(t - t0, c) for t, c in router.changes],
+                     router.outcomes[n_trace:], rates)
+
+
+def _probe(h: EfficacyHarness, router: VirtualRouter, specs: Sequence[RequestSpec], onset_s: float,
+           duration_s: float, seed: int) -> tuple[float, float]:
+    """Send the capacity probe's ramp through `router` and run it out; returns its start and end rates."""
+    mix = [s for s in specs if s.arrival_s >= onset_s] or list(specs)
+    if not mix:
+        return (0.0, 0.0)
+    rate = len(mix) / max(duration_s - onset_s, 1.0)
+    r0, r1 = PROBE_FROM * rate, PROBE_TO * rate
+    start = h.now
+    first_index = max(s.index for s in specs) + 1
+    rng = random.Random(seed * 7919 + 17)
+    for i, t in enumerate(ramp_arrivals(rng, r0, r1, PROBE_S)):
+        spec = replace(mix[i % len(mix)], index=first_index + i, arrival_s=start - h.start + t)
+        router.submit(spec, start + t)
+    h.run_until(start + PROBE_S + PROBE_TAIL_S)
+    return (r0, r1)
+
+
+def ramp_arrivals(rng: random.Random, r0: float, r1: float, span_s: float) -> list[float]:
+    """Poisson arrival times over [0, span_s) whose rate grows linearly from r0 to r1 (by inverting the
+    cumulative rate r0*t + (r1-r0)*t^2/(2*span) at unit-exponential steps)."""
+    a = (r1 - r0) / (2.0 * span_s)
+    out: list[float] = []
+    total = 0.0
+    while True:
+        total += rng.expovariate(1.0)
+        t = (-r0 + math.sqrt(r0 * r0 + 4.0 * a * total)) / (2.0 * a) if a > 0 else total / r0
+        if t >= span_s:
+            return out
+        out.append(t)
 
 
 def _watch_engine(observer: Observer, name: str, role: str, argv: Sequence[str], env: dict[str, str],
@@ -915,6 +960,8 @@ def measure(run: RunResult, *, onset_s: float | None = None) -> dict[str, Any]:
                "long": _class_stats([o for o in sent if o.cls == "long"])}
     t_fin = sorted(o.record.finished - run.t0 for o in ok_done if o.record is not None and o.record.finished)
     t_arr = sorted(o.sent - run.t0 for o in sent)
+    t_good = sorted(o.record.finished - run.t0 for o in ok_done if o.good and o.record is not None
+                    and o.record.finished)
     detect = next((e.t_s for e in run.evaluations if e.t_s >= onset
                    and any(f.severity != "info" for f in e.findings)), None)
     fixed = [a["effective_s"] for a in run.actions if a["effective_s"] is not None and a["effective_s"] >= onset]
@@ -933,10 +980,20 @@ def measure(run: RunResult, *, onset_s: float | None = None) -> dict[str, Any]:
         "output_tokens_per_s": sum(o.record.tokens for o in ok_done if o.record is not None) / span,
         "goodput_rps": sum(o.good for o in sent) / span,
         "peak_qps_served": _peak(t_fin, onset, run.end_s), "peak_qps_offered": _peak(t_arr, onset, run.end_s),
+        "peak_goodput_qps": _peak(t_good, onset, run.end_s),
+        "capacity_qps": _capacity(run),
         "time_to_detect_s": None if detect is None else detect - onset,
         "time_to_fix_s": (min(fixed) - onset) if fixed else None,
         "time_to_recover_s": recover,
     }
+
+
+def _capacity(run: RunResult) -> float | None:
+    """The capacity probe's peak QPS within SLO; None when the run had no probe."""
+    if not run.probe:
+        return None
+    times = sorted(o.record.finished for o in run.probe if o.good and o.record is not None and o.record.finished)
+    return _peak(times, -math.inf, math.inf)
 
 
 def _peak(times: Sequence[float], start: float, end: float) -> float:

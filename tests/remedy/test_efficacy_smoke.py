@@ -63,3 +63,36 @@ def test_virtual_router_length_limit_queue_and_fairness() -> None:
     moved = router.submit(RequestSpec(11, 0.0, 200, 8, False), h.now)
     h.run_for(60.0)
     assert moved.upstream == "cold" and moved.result == "ok"
+
+
+def test_ramp_arrivals_follow_the_ramp() -> None:
+    import random
+
+    times = eff.ramp_arrivals(random.Random(3), 2.0, 10.0, 400.0)
+    assert times == sorted(times) and times[0] >= 0 and times[-1] < 400.0
+    expected = (2.0 + 10.0) / 2 * 400.0  # the integral of the rate
+    assert abs(len(times) - expected) < 0.05 * expected
+    first = sum(t < 100 for t in times)  # rate 2 -> 4 over the first quarter: ~300
+    last = sum(t >= 300 for t in times)  # rate 8 -> 10 over the last: ~900
+    assert 2.4 < last / first < 3.6
+    flat = eff.ramp_arrivals(random.Random(3), 5.0, 5.0, 200.0)
+    assert abs(len(flat) - 1000) < 100
+
+
+def test_capacity_probe_measures_what_the_doctor_left_behind() -> None:
+    sc = get_scenario("qps_surge")
+    pair = eff.run_pair(sc, seed=0, duration_s=720.0, probe=True)
+    base, doc = pair.metrics()
+    n_trace = len(list(sc.with_duration(720.0).requests(0)))
+    for run in (pair.baseline, pair.doctor):
+        assert len(run.outcomes) == n_trace  # the probe's requests are kept apart from the trace's
+        assert len(run.probe) > n_trace // 2
+        low, high = run.probe_rates
+        assert high == 6 * low > 0
+    assert any(a["action"] == "scale_out" for a in pair.doctor.actions)
+    assert _finite(base["capacity_qps"]) and base["capacity_qps"] > 0
+    # a second replica roughly doubles what the hot path serves within the SLOs
+    assert doc["capacity_qps"] > 1.5 * base["capacity_qps"]
+    assert eff.measure(pair.baseline, onset_s=None)["capacity_qps"] == base["capacity_qps"]
+    no_probe = eff.run(sc, seed=0, mode="observe", duration_s=480.0)
+    assert no_probe.probe == [] and eff.measure(no_probe)["capacity_qps"] is None
