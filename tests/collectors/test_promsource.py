@@ -483,7 +483,9 @@ def test_queries_give_values_for_the_engines_own_profile(observed: Observed, eng
 def test_range_frame_from_prometheus(observed: Observed) -> None:
     sel = f'instance="{observed.instances["cold"]}"'
     query = promql("0.8", "generation_tokens_per_s", sel, "3s")
-    frame = observed.source.range_frame(query, observed.started, observed.prom["cold"][1].timestamp, 1)
+    # The range must hold several scrapes whatever the machine's speed: wait for six more of the cold engine.
+    observed.prometheus.wait_scrapes_after([observed.instances["cold"]], observed.started, count=6)
+    frame = observed.source.range_frame(query, observed.started, time.time(), 1)
     assert list(frame.columns) == ["value"] and len(frame) >= 3
     assert frame["value"].max() > 0
     raw = observed.source.range_frame(f'{{__name__=~"vllm[:_]num_requests_running", {sel}}}',

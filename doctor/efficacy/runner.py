@@ -1,0 +1,164 @@
+"""One run and a pair of runs: the scenario's trace in virtual time, the doctor's cycle, the capacity probe."""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+from collections.abc import MutableMapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collectors.combine import build_signals
+from collectors.types import Signals
+from doctor.accuracy import (
+    WARMUP_S,
+    MemoryHistory,
+    Observer,
+    ScenarioSettings,
+    _config_from_argv,
+    _history_at,
+    _Watch,
+)
+from doctor.efficacy.actor import COOLDOWN_S, VERIFY_S, HarnessDoctor
+from doctor.efficacy.harness import EfficacyHarness
+from doctor.efficacy.measure import measure
+from doctor.efficacy.result import Evaluation, RunResult
+from doctor.efficacy.vrouter import VirtualRouter
+from doctor.pipeline import build_views, run_playbooks
+from router.policy import initial_policy
+from sim.scenarios import Scenario
+from sim.workload import RequestSpec
+
+DRAIN_LIMIT_S = 900.0  # after the trace ends, requests still in flight get this long to finish
+# The capacity probe (peak QPS within SLO): after the incident and the drain, with the doctor no longer acting,
+# the incident's own request mix arrives at a rate ramping from PROBE_FROM to PROBE_TO times the incident's mean
+# rate over PROBE_S; the most requests served within the SLOs in a PEAK_WINDOW_S window is the deployment's
+# capacity as the incident (and the doctor) left it.
+PROBE_FROM, PROBE_TO, PROBE_S, PROBE_TAIL_S = 0.5, 3.0, 450.0, 60.0
+
+
+def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: float | None = None,
+        eval_every_s: float = 30.0, gpus: int = 4, cooldown_s: float = COOLDOWN_S,
+        verify_s: float = VERIFY_S, probe: bool = False) -> RunResult:
+    """Run `scenario` in virtual time with the doctor in `mode` (observe: reads and reports only; auto: acts);
+    with `probe`, then measure the capacity the deployment was left with (see PROBE_S)."""
+    if mode not in ("observe", "auto"):
+        raise ValueError(f"mode must be observe or auto, got {mode!r}")
+    if eval_every_s <= 0:
+        raise ValueError(f"eval_every_s must be > 0, got {eval_every_s}")
+    duration = scenario.duration_s if duration_s is None else duration_s
+    if duration <= 0:
+        raise ValueError(f"duration_s must be > 0, got {duration}")
+    sc = scenario.with_duration(duration)
+    h = EfficacyHarness(seed=seed)
+    for e in sc.engines:  # dev mode on, as the deployment runs it, so /sleep and /wake_up exist
+        h.add_engine(e.name, sc.argv_for(e.name, seed), env={**e.env, "VLLM_SERVER_DEV_MODE": "1"})
+        h.warm_up(e.name, at=h.start)
+    h.run_until(h.start + WARMUP_S)
+    t0 = h.now
+    router = VirtualRouter(h, initial_policy([f"sim://{e.name}" for e in sc.engines if e.role == "hot"],
+                                             [f"sim://{e.name}" for e in sc.engines if e.role == "cold"],
+                                             route_threshold_tokens=sc.route_threshold))
+    specs = list(sc.requests(seed))
+    for spec in specs:
+        router.submit(spec, t0 + spec.arrival_s)
+    for incident in sc.timeline:
+        if incident.kind in ("fault", "restart"):
+            h.schedule(t0 + incident.at_s, functools.partial(h.apply, incident))
+    observer = Observer(h, sc)
+    settings = ScenarioSettings(sc.templates_on)
+    history = MemoryHistory()
+    state: MutableMapping[str, dict[str, Any]] = {}
+    doctor = HarnessDoctor(h, router, gpus=gpus, cooldown_s=cooldown_s, verify_s=verify_s,
+                           on_engine=functools.partial(_watch_engine, observer))
+    evaluations: list[Evaluation] = []
+    t_prev, k = t0, 1
+    while k * eval_every_s <= duration + 1e-9:
+        now = t0 + k * eval_every_s
+        h.run_until(now)
+        window = now - t_prev
+        readings = observer.read(window)
+        signals: dict[str, Signals] = {}
+        for r in readings:
+            signals[r.name] = build_signals(r, window_s=window, long_prompt_tokens=router.policy.route_threshold_tokens)
+            if r.last_ok("metrics") is not None:
+                history.append(r.name, now, signals[r.name].values)
+        views = build_views(readings, signals, now=now, settings=settings,
+                            history_for=functools.partial(_history_at, history, now), in_progress=doctor.busy)
+        findings = run_playbooks(views, state, now=now, settings=settings)
+        evaluations.append(Evaluation(now - t0, findings))
+        if mode == "auto":
+            doctor.cycle(now, findings, signals)
+        t_prev, k = now, k + 1
+    end = t0 + duration
+    h.run_until(end)
+    limit = end + DRAIN_LIMIT_S
+    while h.now < limit and any(o.result == "unfinished" and o.rejected is None for o in router.outcomes
+                                if o.sent < end):
+        h.run_for(10.0)
+    n_trace = len(router.outcomes)
+    rates = _probe(h, router, specs, sc.onset_s or 0.0, duration, seed) if probe else (0.0, 0.0)
+    return RunResult(sc, seed, mode, t0, duration, router.outcomes[:n_trace], evaluations,
+                     [doctor.describe(a, t0) for a in doctor.log], [(t - t0, c) for t, c in router.changes],
+                     router.outcomes[n_trace:], rates)
+
+
+def _probe(h: EfficacyHarness, router: VirtualRouter, specs: Sequence[RequestSpec], onset_s: float,
+           duration_s: float, seed: int) -> tuple[float, float]:
+    """Send the capacity probe's ramp through `router` and run it out; returns its start and end rates."""
+    mix = [s for s in specs if s.arrival_s >= onset_s] or list(specs)
+    if not mix:
+        return (0.0, 0.0)
+    rate = len(mix) / max(duration_s - onset_s, 1.0)
+    r0, r1 = PROBE_FROM * rate, PROBE_TO * rate
+    start = h.now
+    first_index = max(s.index for s in specs) + 1
+    rng = random.Random(seed * 7919 + 17)
+    for i, t in enumerate(ramp_arrivals(rng, r0, r1, PROBE_S)):
+        spec = replace(mix[i % len(mix)], index=first_index + i, arrival_s=start - h.start + t)
+        router.submit(spec, start + t)
+    h.run_until(start + PROBE_S + PROBE_TAIL_S)
+    return (r0, r1)
+
+
+def ramp_arrivals(rng: random.Random, r0: float, r1: float, span_s: float) -> list[float]:
+    """Poisson arrival times over [0, span_s) whose rate grows linearly from r0 to r1 (by inverting the
+    cumulative rate r0*t + (r1-r0)*t^2/(2*span) at unit-exponential steps)."""
+    a = (r1 - r0) / (2.0 * span_s)
+    out: list[float] = []
+    total = 0.0
+    while True:
+        total += rng.expovariate(1.0)
+        t = (-r0 + math.sqrt(r0 * r0 + 4.0 * a * total)) / (2.0 * a) if a > 0 else total / r0
+        if t >= span_s:
+            return out
+        out.append(t)
+
+
+def _watch_engine(observer: Observer, name: str, role: str, argv: Sequence[str], env: dict[str, str],
+                  fresh: bool) -> None:
+    """The doctor's config follows a relaunch (new flags) or a new replica (a new engine to read)."""
+    w = observer.watches.get(name)
+    if w is None:
+        w = observer.watches[name] = _Watch(name, role, _config_from_argv(argv, env))
+        w.prev_metrics = observer._metrics(name)
+    else:
+        w.config = _config_from_argv(argv, env)
+    if fresh:
+        w.fb_baseline = None
+
+
+@dataclass
+class Pair:
+    baseline: RunResult
+    doctor: RunResult
+
+    def metrics(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        return measure(self.baseline), measure(self.doctor)
+
+
+def run_pair(scenario: Scenario, *, seed: int = 0, duration_s: float | None = None, **kw: Any) -> Pair:
+    """The same trace and seed without the doctor acting (observe) and with it in auto mode."""
+    return Pair(run(scenario, seed=seed, mode="observe", duration_s=duration_s, **kw),
+                run(scenario, seed=seed, mode="auto", duration_s=duration_s, **kw))
