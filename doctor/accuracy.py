@@ -210,6 +210,18 @@ class Observer:
         for w in self.watches.values():
             w.prev_metrics = self._metrics(w.name)
 
+    def watch(self, name: str, role: str | None, argv: Sequence[str], env: dict[str, str], fresh: bool) -> None:
+        """Follow a relaunch (new flags) or a new replica (a new engine to read); `fresh`: a new process, so its
+        memory baseline starts again."""
+        w = self.watches.get(name)
+        if w is None:
+            w = self.watches[name] = _Watch(name, role or "", _config_from_argv(argv, env))
+            w.prev_metrics = self._metrics(name)
+        else:
+            w.config = _config_from_argv(argv, env)
+        if fresh:
+            w.fb_baseline = None
+
     def _metrics(self, name: str) -> Sample:
         t = self.h.now
         if self.h.shut_down(name):
@@ -401,7 +413,8 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def _history_at(history: MemoryHistory, now: float, engine: str) -> _EngineHistory:
+def history_at(history: MemoryHistory, now: float, engine: str) -> _EngineHistory:
+    """`history` as the playbooks see it at `now` (the partial that build_views takes as history_for)."""
     return history.view(engine, now)
 
 
@@ -451,7 +464,7 @@ def run_in_harness(scenario: Scenario, *, seed: int = 0, eval_every_s: float = 3
             if r.last_ok("metrics") is not None:
                 history.append(r.name, now, signals[r.name].values)
         views = build_views(readings, signals, now=now, settings=settings,
-                            history_for=functools.partial(_history_at, history, now))
+                            history_for=functools.partial(history_at, history, now))
         if missing:
             findings = evaluate(views, state, now=now, playbooks=playbooks,
                                 params_for=lambda pb, engine: settings.params_for(pb.id, engine))

@@ -16,9 +16,7 @@ from doctor.accuracy import (
     MemoryHistory,
     Observer,
     ScenarioSettings,
-    _config_from_argv,
-    _history_at,
-    _Watch,
+    history_at,
 )
 from doctor.efficacy.actor import COOLDOWN_S, VERIFY_S, HarnessDoctor
 from doctor.efficacy.harness import EfficacyHarness
@@ -71,7 +69,7 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
     history = MemoryHistory()
     state: MutableMapping[str, dict[str, Any]] = {}
     doctor = HarnessDoctor(h, router, gpus=gpus, cooldown_s=cooldown_s, verify_s=verify_s,
-                           on_engine=functools.partial(_watch_engine, observer))
+                           on_engine=observer.watch)
     evaluations: list[Evaluation] = []
     t_prev, k = t0, 1
     while k * eval_every_s <= duration + 1e-9:
@@ -85,7 +83,7 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
             if r.last_ok("metrics") is not None:
                 history.append(r.name, now, signals[r.name].values)
         views = build_views(readings, signals, now=now, settings=settings,
-                            history_for=functools.partial(_history_at, history, now), in_progress=doctor.busy)
+                            history_for=functools.partial(history_at, history, now), in_progress=doctor.busy)
         findings = run_playbooks(views, state, now=now, settings=settings)
         evaluations.append(Evaluation(now - t0, findings))
         if mode == "auto":
@@ -134,19 +132,6 @@ def ramp_arrivals(rng: random.Random, r0: float, r1: float, span_s: float) -> li
         if t >= span_s:
             return out
         out.append(t)
-
-
-def _watch_engine(observer: Observer, name: str, role: str, argv: Sequence[str], env: dict[str, str],
-                  fresh: bool) -> None:
-    """The doctor's config follows a relaunch (new flags) or a new replica (a new engine to read)."""
-    w = observer.watches.get(name)
-    if w is None:
-        w = observer.watches[name] = _Watch(name, role, _config_from_argv(argv, env))
-        w.prev_metrics = observer._metrics(name)
-    else:
-        w.config = _config_from_argv(argv, env)
-    if fresh:
-        w.fb_baseline = None
 
 
 @dataclass
