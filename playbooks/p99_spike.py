@@ -52,8 +52,10 @@ prefix hits: `rate(vllm:prefix_cache_hits_total[5m]) / rate(vllm:prefix_cache_qu
 
 **Remedies.** In order of the cause found: an emergency length limit at the router (prompts over 8192
 tokens get 413 for an hour), a lower route threshold so long prompts go to the cold engine, and a
-re-warm of the prefix cache from the configured templates. Without a cause in evidence the order is
-the same; escalate if none helps.
+re-warm of the prefix cache from the configured templates. The length limit is left out when the
+engine is known to see no prompt over it (it would change nothing); without a cause in evidence the
+order is the same; escalate if none helps (a spike from load alone is `queue_pressure`'s and
+`capacity_scale_out`'s to fix).
 """
 
     def _over(self, view: EngineView, signal: str, limit: float, note: str) -> Evidence | None:
@@ -131,7 +133,10 @@ the same; escalate if none helps.
                        {"max_tokens": int(p["length_limit_tokens"]), "expires_in_s": int(p["length_limit_expires_s"])},
                        inverse={"max_tokens": None}, risk="medium",
                        description="emergency: reject prompts over the limit with 413 until it expires")
-        actions: list[Action | None] = [limit, None, None]
+        # A limit at N tokens changes nothing for an engine known to see no prompt over N: it would only spend
+        # the action budget and a cooldown. Proposed when such prompts are in evidence, or not known either way.
+        limit_can_help = condition.details.get("long_prompts") == "yes" or view.value("very_long_prompt_share") is None
+        actions: list[Action | None] = [limit if limit_can_help else None, None, None]
         if view.role != "cold":
             current = view.value("route_threshold_tokens") or p["route_threshold_tokens"]
             target = round_threshold(current * p["route_threshold_factor_ratio"])

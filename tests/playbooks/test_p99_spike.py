@@ -99,8 +99,20 @@ def test_low_prefix_hit_rate_with_templates_puts_rewarm_first() -> None:
     cond = PLAYBOOK.check(v)
     assert cond is not None and "low prefix-cache hit rate" in cond.summary
     assert any(e.signal == "prefix_cache_hit_rate" and e.threshold == 0.6 for e in cond.evidence)
-    assert [a.kind for a in PLAYBOOK.remedies(v, cond)] == ["rewarm_prefix_cache", "length_limit",
-                                                            "set_route_threshold"]
+    # no prompt over the limit reaches the engine: the limit would change nothing and is not proposed
+    assert [a.kind for a in PLAYBOOK.remedies(v, cond)] == ["rewarm_prefix_cache", "set_route_threshold"]
+
+
+def test_length_limit_only_where_it_can_change_something() -> None:
+    known_none = view({"p99_ttft_s": 3.0, "very_long_prompt_share": 0.0}, slo=SLO)
+    unknown = view({"p99_ttft_s": 3.0}, slo=SLO)
+    cond_none, cond_unknown = PLAYBOOK.check(known_none), PLAYBOOK.check(unknown)
+    assert cond_none is not None and cond_unknown is not None
+    assert [a.kind for a in PLAYBOOK.remedies(known_none, cond_none)] == ["set_route_threshold"]
+    assert [a.kind for a in PLAYBOOK.remedies(unknown, cond_unknown)] == ["length_limit", "set_route_threshold"]
+    cold = view({"p99_ttft_s": 3.0, "very_long_prompt_share": 0.0}, slo=SLO, role="cold")
+    cond_cold = PLAYBOOK.check(cold)
+    assert cond_cold is not None and PLAYBOOK.remedies(cold, cond_cold) == []
 
 
 def test_low_prefix_hit_rate_counts_when_it_fell_from_its_baseline() -> None:

@@ -54,10 +54,13 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
         with router_thread(cfg, token=TOKEN) as rt:
             stop = threading.Event()
 
-            def traffic() -> None:  # steady requests, so every diagnose window has latency to judge
+            def traffic() -> None:
+                """Steady requests, so every diagnose window has latency to judge: 9000-token documents, the
+                long prompts that make the emergency length limit the spike's first remedy (a window in which
+                none finished leaves the share unknown, which keeps the limit first too)."""
                 with httpx.Client(timeout=30) as client:
                     while not stop.is_set():
-                        client.post(hot.url + "/v1/completions", json={"prompt": "a b c", "max_tokens": 5})
+                        client.post(hot.url + "/v1/completions", json={"prompt": "a " * 9000, "max_tokens": 5})
                         stop.wait(0.05)
 
             sender = threading.Thread(target=traffic, daemon=True)
