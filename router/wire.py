@@ -3,16 +3,17 @@
 httpx costs the router about a millisecond of CPU per proxied request on a 2-core machine (anyio
 cancel scopes, h11 event objects, a failed `import sniffio` per call in httpcore), which alone breaks
 the router's budget of 1 ms added at P50 (bench/router_overhead.py). This client does only what the
-proxy needs: POST one pre-built request on a pooled connection, parse the response with httptools
-(the C parser uvicorn uses), and hand the body over as it arrives, with back-pressure, timeouts and
-clean close on cancellation (so a client that leaves makes the engine see a disconnect). Everything
-else the router says to engines (health, /tokenize, /v1/models) still goes through httpx.
+proxy needs: POST one pre-built request on a pooled connection (http or https, a path prefix kept),
+parse the response with httptools (the C parser uvicorn uses), and hand the body over as it arrives,
+with back-pressure, timeouts and clean close on cancellation (so a client that leaves makes the engine
+see a disconnect). Everything else the router says to engines (health, /tokenize, /v1/models) still goes through httpx.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
@@ -209,39 +210,62 @@ class Response:
             self._conn.abort()
 
 
+class _Origin:
+    """Where an upstream URL points: host, port, TLS or not, the Host header, a path prefix."""
+
+    __slots__ = ("host", "netloc", "port", "prefix", "tls")
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConnectFailed(f"unsupported upstream URL {base_url!r} (http:// or https:// with a host)")
+        self.host = parts.hostname
+        self.tls = parts.scheme == "https"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.netloc = parts.netloc.encode("latin-1")
+        self.prefix = parts.path.rstrip("/")
+
+
 class WireClient:
-    """Pools of keep-alive connections per engine origin."""
+    """Pools of keep-alive connections per engine origin (https upstreams verified with `ssl_context`)."""
 
     def __init__(self, *, connect_timeout_s: float, read_timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, ssl_context: ssl.SSLContext | None = None) -> None:
         self.connect_timeout_s = connect_timeout_s
         self.read_timeout_s = read_timeout_s
         self.clock = clock
-        self._idle: dict[tuple[str, int], list[_Conn]] = {}
-        self._origins: dict[str, tuple[str, int, bytes]] = {}
+        self._ssl = ssl_context
+        self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
+        self._origins: dict[str, _Origin] = {}
 
-    def _origin(self, base_url: str) -> tuple[str, int, bytes]:
+    def _origin(self, base_url: str) -> _Origin:
         found = self._origins.get(base_url)
         if found is None:
-            parts = urlsplit(base_url)
-            if parts.scheme != "http" or not parts.hostname:
-                raise ConnectFailed(f"unsupported upstream URL {base_url!r} (plain http://host:port only)")
-            found = (parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"))
-            self._origins[base_url] = found
+            found = self._origins[base_url] = _Origin(base_url)
         return found
 
-    async def _connect(self, host: str, port: int) -> _Conn:
+    def _tls(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context()
+        return self._ssl
+
+    async def _connect(self, o: _Origin) -> _Conn:
         loop = asyncio.get_running_loop()
+        host, port = o.host, o.port
         try:
-            _, conn = await asyncio.wait_for(loop.create_connection(lambda: _Conn(loop), host, port),
-                                             self.connect_timeout_s)
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(lambda: _Conn(loop), host, port, ssl=self._tls() if o.tls else None,
+                                       server_hostname=host if o.tls else None),
+                self.connect_timeout_s)
         except TimeoutError:
             raise ConnectFailed(f"connect to {host}:{port} timed out after {self.connect_timeout_s:g} s") from None
+        except ssl.SSLError as exc:
+            raise ConnectFailed(f"TLS with {host}:{port}: {exc.reason or exc}") from None
         except OSError as exc:
             raise ConnectFailed(f"connect to {host}:{port}: {exc.strerror or exc}") from None
         return conn
 
-    def _take_idle(self, key: tuple[str, int]) -> _Conn | None:
+    def _take_idle(self, key: tuple[str, int, bool]) -> _Conn | None:
         idle = self._idle.get(key)
         now = self.clock()
         while idle:
@@ -251,7 +275,7 @@ class WireClient:
             conn.abort()
         return None
 
-    def _put_idle(self, key: tuple[str, int], conn: _Conn) -> None:
+    def _put_idle(self, key: tuple[str, int, bool], conn: _Conn) -> None:
         idle = self._idle.setdefault(key, [])
         if len(idle) >= MAX_IDLE_PER_ORIGIN:
             conn.abort()
@@ -262,9 +286,9 @@ class WireClient:
 
     async def post(self, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
         """Send POST base_url+path; return once the engine's status line and headers are in."""
-        host, port, netloc = self._origin(base_url)
-        key = (host, port)
-        head = [b"POST ", path.encode("latin-1"), b" HTTP/1.1\r\nhost: ", netloc,
+        o = self._origin(base_url)
+        key = (o.host, o.port, o.tls)
+        head = [b"POST ", (o.prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", o.netloc,
                 b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
         for k, v in headers:
             head += (k, b": ", v, b"\r\n")
@@ -274,7 +298,7 @@ class WireClient:
             conn = self._take_idle(key)
             reused = conn is not None
             if conn is None:
-                conn = await self._connect(host, port)
+                conn = await self._connect(o)
             try:
                 assert conn.transport is not None
                 conn.transport.write(data)

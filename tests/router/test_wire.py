@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -227,7 +229,7 @@ def test_nobody_listening_is_a_connect_failure() -> None:
         with pytest.raises(ConnectFailed, match=re.escape("connect to 127.0.0.1")):
             await c.post(url, "/x", b"", [])
         with pytest.raises(ConnectFailed, match="unsupported upstream URL"):
-            await c.post("https://example.invalid", "/x", b"", [])
+            await c.post("ftp://example.invalid", "/x", b"", [])
 
     asyncio.run(main())
 
@@ -269,5 +271,57 @@ def test_a_cancelled_request_closes_its_connection_so_the_engine_sees_the_discon
             await asyncio.wait_for(eof.wait(), 5)
             assert not c._idle.get(("127.0.0.1", int(eng.url.rsplit(":", 1)[1])))
             c.close()
+
+    asyncio.run(main())
+
+
+def test_a_path_prefix_in_the_upstream_url_is_kept() -> None:
+    seen: list[bytes] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        seen.append(await read_request(reader))
+        writer.write(ok(b"{}"))
+        await writer.drain()
+
+    async def main() -> None:
+        async with Engine(handler) as eng:
+            c = client()
+            assert await body_of(c, eng.url + "/team-a/") == (200, b"{}")
+            c.close()
+
+    asyncio.run(main())
+    assert seen[0].startswith(b"POST /team-a/v1/completions HTTP/1.1\r\n")
+
+
+CERTS = Path(__file__).parent / "data"  # a self-signed localhost certificate (CN and SAN localhost, 127.0.0.1)
+
+
+def test_https_upstreams_are_spoken_to_over_tls_and_verified() -> None:
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(CERTS / "localhost-cert.pem", CERTS / "localhost-key.pem")
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        try:
+            while True:
+                await read_request(reader)
+                writer.write(ok(b'{"tls":true}'))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            writer.close()  # the client that refused the certificate hung up
+
+    async def main() -> None:
+        server = await asyncio.start_server(lambda r, w: handler(r, w, 0), "127.0.0.1", 0, ssl=server_ctx)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            trusting = ssl.create_default_context(cafile=str(CERTS / "localhost-cert.pem"))
+            c = WireClient(connect_timeout_s=5.0, read_timeout_s=5.0, ssl_context=trusting)
+            for _ in range(2):
+                assert await body_of(c, f"https://localhost:{port}") == (200, b'{"tls":true}')
+            c.close()
+            stranger = client()  # the system's trust store does not know the self-signed certificate
+            with pytest.raises(ConnectFailed, match=re.escape(f"TLS with localhost:{port}")):
+                await stranger.post(f"https://localhost:{port}", "/x", b"", [])
+        finally:
+            server.close()
 
     asyncio.run(main())
