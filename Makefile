@@ -53,6 +53,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/collect_cost.py
 	$(BIN)/python bench/log_scan.py
 	$(BIN)/python bench/diagnose_startup.py
+	$(BIN)/python bench/router_overhead.py --upstream stub
+	$(BIN)/python bench/router_overhead.py --upstream stub --stream
+	$(BIN)/python bench/detection_accuracy.py
+	$(BIN)/python bench/remediation_efficacy.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

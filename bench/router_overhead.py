@@ -3,9 +3,10 @@
 One very fast sim engine (--time-scale 0.01) and the router run as their own processes; this process
 sends open-loop Poisson arrivals at each rate to both paths side by side (every arrival goes to the
 router and, at the same moment, straight to the engine), so both see the same engine load. Goal on a
-2-core machine at 200 requests/s: under 1 ms added at P50, under 5 ms at P99.
+2-core machine at 200 requests/s: under 1 ms added at P50, under 5 ms at P99. With --stream the requests
+stream (SSE, STREAM_CHUNKS chunks) and the table shows the time to the first chunk and to the last one.
 
-    .venv/bin/python bench/router_overhead.py [--rates 50,100,200] [--seconds 5]
+    .venv/bin/python bench/router_overhead.py [--rates 50,100,200] [--seconds 5] [--upstream stub] [--stream]
 """
 
 from __future__ import annotations
@@ -27,16 +28,25 @@ ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "m", "prompt": "hello there", "max_tokens": 1}
 
 
+STREAM_CHUNKS = 20  # chunks per streamed response, the stub's spaced STREAM_GAP_S apart
+STREAM_GAP_S = 0.005
 STUB_BODY = (b'{"id":"cmpl-stub","object":"text_completion","created":0,"model":"m","choices":[{"index":0,'
              b'"text":" hi","logprobs":null,"finish_reason":"length","stop_reason":null}],'
              b'"usage":{"prompt_tokens":2,"total_tokens":3,"completion_tokens":1}}')
 
 
 def serve_stub(port: int) -> None:
-    """A minimal keep-alive HTTP/1.1 engine stand-in that answers at once (isolates the router's own cost)."""
+    """A minimal keep-alive HTTP/1.1 engine stand-in that answers at once, or streams STREAM_CHUNKS SSE chunks
+    STREAM_GAP_S apart when asked to stream (isolates the router's own cost)."""
     response = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
                 + str(len(STUB_BODY)).encode() + b"\r\n\r\n" + STUB_BODY)
     health = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+    stream_head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    event = b'data: {"id":"cmpl-stub","object":"text_completion","choices":[{"index":0,"text":" hi"}]}\n\n'
+    done = b"data: [DONE]\n\n"
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
 
     class Proto(asyncio.Protocol):
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -56,8 +66,21 @@ def serve_stub(port: int) -> None:
                         length = int(v)
                 if len(rest) < length:
                     return
-                self.buf = rest[length:]
-                self.t.write(health if head.startswith(b"GET /health") else response)  # type: ignore[attr-defined]
+                body, self.buf = rest[:length], rest[length:]
+                if head.startswith(b"GET /health"):
+                    self.t.write(health)  # type: ignore[attr-defined]
+                elif b'"stream": true' in body:
+                    self._stream()
+                else:
+                    self.t.write(response)  # type: ignore[attr-defined]
+
+        def _stream(self) -> None:
+            loop = asyncio.get_running_loop()
+            write = self.t.write  # type: ignore[attr-defined]
+            write(stream_head + chunk(event))
+            for i in range(1, STREAM_CHUNKS):
+                loop.call_later(i * STREAM_GAP_S, write, chunk(event))
+            loop.call_later(STREAM_CHUNKS * STREAM_GAP_S, write, chunk(done) + b"0\r\n\r\n")
 
     async def main() -> None:
         server = await asyncio.get_running_loop().create_server(Proto, "127.0.0.1", port)
@@ -101,7 +124,8 @@ class RawPool:
                         f"content-length: {len(body)}\r\n\r\n").encode() + body
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
 
-    async def post(self) -> int:
+    async def post(self) -> tuple[int, float]:
+        """Send the request; its status and the perf_counter time its first body bytes arrived."""
         conn = self.idle.pop() if self.idle else await asyncio.open_connection(self.host, self.port)
         reader, writer = conn
         writer.write(self.request)
@@ -116,40 +140,45 @@ class RawPool:
                 length = int(v)
             elif name == b"transfer-encoding" and b"chunked" in v.lower():
                 chunked = True
+        first = 0.0
         if chunked:
             while True:
                 size = int((await reader.readuntil(b"\r\n")).strip(), 16)
                 await reader.readexactly(size + 2)
+                first = first or time.perf_counter()
                 if size == 0:
                     break
         else:
             await reader.readexactly(length)
+            first = time.perf_counter()
         self.idle.append(conn)
-        return status
+        return status, first
 
     def close(self) -> None:
         for _, w in self.idle:
             w.close()
 
 
-async def _one(pool: RawPool, out: list[float], errors: list[int]) -> None:
+async def _one(pool: RawPool, out: list[tuple[float, float]], errors: list[int]) -> None:
+    """One request: appends (time to the first body bytes, time to the end) or counts an error."""
     t = time.perf_counter()
     try:
-        ok = await pool.post() == 200
+        status, first = await pool.post()
+        ok = status == 200
     except (OSError, asyncio.IncompleteReadError, ValueError):
         ok = False
     if ok:
-        out.append(time.perf_counter() - t)
+        out.append((first - t, time.perf_counter() - t))
     else:
         errors.append(1)
 
 
-async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: int) -> dict[str, float]:
+async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: int,
+                   body: bytes) -> dict[str, float]:
     rng = random.Random(seed)
-    direct: list[float] = []
-    routed: list[float] = []
+    direct: list[tuple[float, float]] = []
+    routed: list[tuple[float, float]] = []
     errors: list[int] = []
-    body = json.dumps(BODY).encode()
     pools = {engine: RawPool(engine, body), router: RawPool(router, body)}
     for _ in range(20):  # warm connections on both paths
         await asyncio.gather(_one(pools[engine], [], []), _one(pools[router], [], []))
@@ -171,10 +200,13 @@ async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: 
     await asyncio.gather(*tasks)
     for pool in pools.values():
         pool.close()
-    return {"rate": rate, "sent": n / elapsed, "n": len(routed), "errors": len(errors),
-            "direct_p50": pct(direct, 0.5), "direct_p99": pct(direct, 0.99),
-            "router_p50": pct(routed, 0.5), "router_p99": pct(routed, 0.99),
-            "direct_mean": statistics.fmean(direct), "router_mean": statistics.fmean(routed)}
+    row = {"rate": rate, "sent": n / elapsed, "n": len(routed), "errors": len(errors)}
+    for what, i in (("", 1), ("first_", 0)):  # to the end; to the first body bytes
+        d, r = [x[i] for x in direct], [x[i] for x in routed]
+        row |= {f"direct_{what}p50": pct(d, 0.5), f"direct_{what}p99": pct(d, 0.99),
+                f"router_{what}p50": pct(r, 0.5), f"router_{what}p99": pct(r, 0.99),
+                f"direct_{what}mean": statistics.fmean(d), f"router_{what}mean": statistics.fmean(r)}
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--upstream", choices=["sim", "stub"], default="sim",
                    help="sim: a sim engine at --time-scale 0.01; stub: an instant HTTP responder (router cost only)")
+    p.add_argument("--stream", action="store_true",
+                   help=f"streamed requests (SSE; the stub sends {STREAM_CHUNKS} chunks {STREAM_GAP_S * 1000:g} ms "
+                        "apart): adds the time to the first chunk")
     p.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_stub:
@@ -205,22 +240,28 @@ def main(argv: list[str] | None = None) -> int:
         procs.append(subprocess.Popen([py, "-m", "router.cli", "--hot", engine, "--cold", engine, "--port", str(rp),
                                        "--policy-file", "", "--log-level", "warning"], cwd=ROOT))
         wait_ready(router)
-        rows = [asyncio.run(run_rate(engine, router, r, args.seconds, args.seed)) for r in rates]
+        body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
+        rows = [asyncio.run(run_rate(engine, router, r, args.seconds, args.seed, body)) for r in rates]
     finally:
         for proc in reversed(procs):
             proc.terminate()
         for proc in procs:
             proc.wait(10)
     ms = 1000.0
+    kind = f"streamed ({STREAM_CHUNKS} chunks)" if args.stream else "non-streamed"
     print(f"router overhead: open-loop Poisson arrivals, {args.seconds:g} s per rate, every arrival sent both "
-          f"directly and through the router; upstream: {args.upstream}")
-    print(f"{'rate/s':>7} {'sent/s':>7} {'n':>6} {'err':>4} | {'direct p50':>10} {'router p50':>10} {'added p50':>9}"
-          f" | {'direct p99':>10} {'router p99':>10} {'added p99':>9}  (ms)")
-    for r in rows:
-        print(f"{r['rate']:7.0f} {r['sent']:7.1f} {r['n']:6.0f} {r['errors']:4.0f} | "
-              f"{r['direct_p50'] * ms:10.2f} {r['router_p50'] * ms:10.2f} "
-              f"{(r['router_p50'] - r['direct_p50']) * ms:9.2f} | {r['direct_p99'] * ms:10.2f} "
-              f"{r['router_p99'] * ms:10.2f} {(r['router_p99'] - r['direct_p99']) * ms:9.2f}")
+          f"directly and through the router; {kind} completions; upstream: {args.upstream}")
+    measures = [("", "whole response")] + ([("first_", "first chunk")] if args.stream else [])
+    for what, label in measures:
+        print(f"{label}:")
+        print(f"{'rate/s':>7} {'sent/s':>7} {'n':>6} {'err':>4} | {'direct p50':>10} {'router p50':>10} "
+              f"{'added p50':>9} | {'direct p99':>10} {'router p99':>10} {'added p99':>9}  (ms)")
+        for r in rows:
+            print(f"{r['rate']:7.0f} {r['sent']:7.1f} {r['n']:6.0f} {r['errors']:4.0f} | "
+                  f"{r[f'direct_{what}p50'] * ms:10.2f} {r[f'router_{what}p50'] * ms:10.2f} "
+                  f"{(r[f'router_{what}p50'] - r[f'direct_{what}p50']) * ms:9.2f} | "
+                  f"{r[f'direct_{what}p99'] * ms:10.2f} {r[f'router_{what}p99'] * ms:10.2f} "
+                  f"{(r[f'router_{what}p99'] - r[f'direct_{what}p99']) * ms:9.2f}")
     last = rows[-1]
     added50 = (last["router_p50"] - last["direct_p50"]) * ms
     added99 = (last["router_p99"] - last["direct_p99"]) * ms
