@@ -52,6 +52,7 @@ class _Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
+        self.unasked = False  # the engine sent a second response to one request (a 408 before closing): poisoned
         self.idle_since = 0.0
         self._reset()
 
@@ -97,18 +98,28 @@ class _Conn(asyncio.Protocol):
 
     # ----- httptools callbacks -------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self.complete:  # a second response in the same exchange
+            self.unasked = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.unasked:
+            return
         self.headers.append((name, value))
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
             self.until_eof = False
 
     def on_headers_complete(self) -> None:
+        if self.unasked:
+            return
         self.status = self.parser.get_status_code()
         self.head_done = True
         self._wake()
 
     def on_body(self, body: bytes) -> None:
+        if self.unasked:
+            return
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
@@ -117,6 +128,8 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.unasked:
+            return
         self.keep_alive = self.parser.should_keep_alive()  # only meaningful inside the callback
         self.complete = True
         self._wake()
@@ -158,7 +171,8 @@ class _Conn(asyncio.Protocol):
         return chunk
 
     def reusable(self) -> bool:
-        return self.complete and self.keep_alive and not self.closed and self.error is None and not self.chunks
+        return (self.complete and self.keep_alive and not self.closed and not self.unasked and self.error is None
+                and not self.chunks)
 
     def abort(self) -> None:
         self.closed = True
@@ -270,7 +284,8 @@ class WireClient:
         now = self.clock()
         while idle:
             conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < IDLE_EXPIRY_S:
+            # got_bytes: the engine said something unasked (a 408 before closing): never reuse that one
+            if not (conn.closed or conn.got_bytes or conn.unasked) and now - conn.idle_since < IDLE_EXPIRY_S:
                 return conn
             conn.abort()
         return None
@@ -294,8 +309,8 @@ class WireClient:
             head += (k, b": ", v, b"\r\n")
         head.append(b"\r\n")
         data = b"".join(head) + body
-        for _ in range(2):
-            conn = self._take_idle(key)
+        conn = self._take_idle(key)
+        while True:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(o)
@@ -306,14 +321,21 @@ class WireClient:
                     await conn.wait(self.read_timeout_s, "response from the engine")
             except _Stale:
                 conn.abort()
-                if reused:
-                    continue
-                raise WireError("the engine closed the connection before answering") from None
+                if not reused:
+                    raise WireError("the engine closed the connection before answering") from None
+                # A pooled connection the engine had dropped (keep-alive timeout, restart): the others are
+                # likely gone too, so send again on a fresh one.
+                self._drop_idle(key)
+                conn = None
+                continue
             except BaseException:
                 conn.abort()
                 raise
             return Response(conn, lambda c: self._put_idle(key, c), self.read_timeout_s)
-        raise WireError("the engine closed two connections in a row before answering")
+
+    def _drop_idle(self, key: tuple[str, int, bool]) -> None:
+        for conn in self._idle.pop(key, []):
+            conn.abort()
 
     def close(self) -> None:
         for idle in self._idle.values():

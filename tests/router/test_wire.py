@@ -325,3 +325,45 @@ def test_https_upstreams_are_spoken_to_over_tls_and_verified() -> None:
             server.close()
 
     asyncio.run(main())
+
+
+def test_a_pooled_connection_dropped_as_the_request_goes_out_is_retried_on_a_fresh_one() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(ok(b"conn %d" % n))
+        await writer.drain()
+        if n == 1:
+            await read_request(reader)  # the second request on this connection: hang up without a word
+
+    async def main() -> None:
+        async with Engine(handler) as eng:
+            c = client()
+            assert await body_of(c, eng.url) == (200, b"conn 1")
+            assert await body_of(c, eng.url) == (200, b"conn 2")  # no error reaches the caller
+            assert eng.connections == 2
+            c.close()
+
+    asyncio.run(main())
+
+
+def test_a_connection_on_which_the_engine_spoke_unasked_is_not_reused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+        await read_request(reader)
+        writer.write(ok(b"conn %d" % n))
+        await writer.drain()
+        if n == 1:
+            writer.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(1)  # ... and the close comes later
+        else:
+            await read_request_forever(reader, writer, n)
+
+    async def main() -> None:
+        async with Engine(handler) as eng:
+            c = client()
+            assert await body_of(c, eng.url) == (200, b"conn 1")
+            await asyncio.sleep(0.1)  # the 408 arrives while the connection sits in the pool
+            assert await body_of(c, eng.url) == (200, b"conn 2")
+            c.close()
+
+    asyncio.run(main())
