@@ -189,8 +189,9 @@ def print_text(results: list[dict[str, Any]], seeds: list[int], wall_s: float, e
           f"{eff.BUDGET_PER_HOUR} actions/h, batch timeout {eff.BATCH_TIMEOUT_BOUNDS_MS[0]}..."
           f"{eff.BATCH_TIMEOUT_BOUNDS_MS[1]} ms, a lock per engine, verify "
           f"{eff.VERIFY_S:g} s after it takes effect else roll back")
-    print(f"SLOs: TTFT <= {eff.TTFT_SLO_S:g} s and TPOT <= {eff.TPOT_SLO_S * 1000:g} ms (goodput: both met); "
-          f"recovered = P99 TTFT <= {eff.TTFT_SLO_S:g} s in 2 consecutive {eff.WINDOW_S:g} s windows")
+    print(f"SLOs: TTFT <= {eff.TTFT_SLO_S:g} s (short), <= {eff.LONG_TTFT_SLO_S:g} s (long, the cold path) and "
+          f"TPOT <= {eff.TPOT_SLO_S * 1000:g} ms (goodput: both met); recovered = P99 TTFT within its class's SLO "
+          f"in 2 consecutive {eff.WINDOW_S:g} s windows")
     print(f"classes: short < {eff.LONG_CLASS_TOKENS} prompt tokens <= long; window: requests sent from the symptom "
           "onset to the end of the trace (\"after fix\": from when the doctor's first action took effect); "
           "latencies over served requests (413s and failures counted apart)")
@@ -256,8 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     results = [run_scenario(n, seeds, ns.eval_every) for n in (ns.scenario or SCENARIO_NAMES)]
     wall = time.perf_counter() - t0
     if ns.format == "json":
-        doc = {"seed_result": {"p99_s": SEED_P99, "peak_qps": SEED_QPS}, "slo": {"ttft_s": eff.TTFT_SLO_S,
-               "tpot_s": eff.TPOT_SLO_S}, "seeds": seeds, "eval_every_s": ns.eval_every, "scenarios": results}
+        slo = {"ttft_s": eff.TTFT_SLO_S, "long_ttft_s": eff.LONG_TTFT_SLO_S, "tpot_s": eff.TPOT_SLO_S}
+        doc = {"seed_result": {"p99_s": SEED_P99, "peak_qps": SEED_QPS}, "slo": slo, "seeds": seeds,
+               "eval_every_s": ns.eval_every, "scenarios": results}
         json.dump(_clean(doc), sys.stdout, indent=1)
         print()
     else:

@@ -30,7 +30,15 @@ from doctor.efficacy.actor import (
     EngineHook,
     HarnessDoctor,
 )
-from doctor.efficacy.harness import LONG_CLASS_TOKENS, TPOT_SLO_S, TTFT_SLO_S, EfficacyHarness, Outcome
+from doctor.efficacy.harness import (
+    LONG_CLASS_TOKENS,
+    LONG_TTFT_SLO_S,
+    TPOT_SLO_S,
+    TTFT_SLO_S,
+    EfficacyHarness,
+    Outcome,
+    ttft_slo_s,
+)
 from doctor.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
 from doctor.efficacy.result import Evaluation, RunResult
 from doctor.efficacy.runner import (
@@ -54,6 +62,7 @@ __all__ = [
     "DRAIN_TIMEOUT_S",
     "HEALTH_EVERY_S",
     "LONG_CLASS_TOKENS",
+    "LONG_TTFT_SLO_S",
     "PEAK_WINDOW_S",
     "PROBE_FROM",
     "PROBE_S",
@@ -79,5 +88,6 @@ __all__ = [
     "ramp_arrivals",
     "run",
     "run_pair",
+    "ttft_slo_s",
     "without",
 ]

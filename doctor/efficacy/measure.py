@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from doctor.efficacy.harness import TTFT_SLO_S, Outcome
+from doctor.efficacy.harness import Outcome, ttft_slo_s
 from doctor.efficacy.result import RunResult
 
 WINDOW_S = 30.0  # recovery windows (the doctor's cadence)
@@ -36,13 +36,14 @@ def _class_stats(outs: Sequence[Outcome]) -> dict[str, Any]:
 
 
 def _windows_ttft(run: RunResult, start_s: float) -> list[tuple[float, float | None]]:
-    """(window start, P99 TTFT) of requests sent in each WINDOW_S window from start_s; 413s are left out,
-    failed or unfinished requests count as infinitely slow; None for a window with no request."""
+    """(window start, P99 of TTFT over its class's SLO: 1 is on the SLO) of requests sent in each WINDOW_S window
+    from start_s; 413s are left out, failed or unfinished requests count as infinitely slow; None for a window
+    with no request."""
     out = []
     t = start_s
     while t < run.end_s - 1e-9:
         outs = [o for o in run.outcomes if t <= o.sent - run.t0 < t + WINDOW_S and o.result != "rejected"]
-        vals = [o.ttft if o.result == "ok" and o.ttft is not None else math.inf for o in outs]
+        vals = [o.ttft / ttft_slo_s(o.cls) if o.result == "ok" and o.ttft is not None else math.inf for o in outs]
         out.append((t, percentile(vals, 99)))
         t += WINDOW_S
     return out
@@ -66,12 +67,12 @@ def measure(run: RunResult, *, onset_s: float | None = None) -> dict[str, Any]:
                    and any(f.severity != "info" for f in e.findings)), None)
     fixed = [a["effective_s"] for a in run.actions if a["effective_s"] is not None and a["effective_s"] >= onset]
     wins = _windows_ttft(run, math.floor(onset / WINDOW_S) * WINDOW_S)
-    breach = next((i for i, (_, p) in enumerate(wins) if p is not None and p > TTFT_SLO_S), None)
+    breach = next((i for i, (_, p) in enumerate(wins) if p is not None and p > 1.0), None)
     recover: float | str | None = "no breach"
     if breach is not None:
         recover = "not recovered"
         for i in range(breach + 1, len(wins) - 1):
-            if all(p is None or p <= TTFT_SLO_S for _, p in wins[i:i + 2]):
+            if all(p is None or p <= 1.0 for _, p in wins[i:i + 2]):
                 recover = max(0.0, wins[i][0] - onset)
                 break
     return {
