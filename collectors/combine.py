@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,13 +67,21 @@ def _as_int(value: Any) -> int | None:
         return None
 
 
-def _from_events(events: Sequence[Event], key: str) -> int | None:
+def _as_ratio(value: Any) -> float | None:
+    try:
+        ratio = float(value)
+    except (TypeError, ValueError):
+        return None
+    return ratio if 0.0 < ratio <= 1.0 else None
+
+
+def _from_events(events: Sequence[Event], key: str, convert: Callable[[Any], Any] = _as_int) -> Any:
     """The newest start-up log line that revealed `key` (directly or in its non-default args)."""
     for event in reversed(events):
         if event.kind != "startup_config":
             continue
         for where in (event.details, *(v for v in event.details.values() if isinstance(v, Mapping))):
-            value = _as_int(where.get(key))
+            value = convert(where.get(key))
             if value is not None:
                 return value
     return None
@@ -103,6 +111,10 @@ def config_of(reading: EngineReading) -> EngineConfigView:
         block_size=pick("block_size", cache.get("block_size")),
         router_max_in_flight=cfg.router_max_in_flight,
         tensor_parallel_size=pick("tensor_parallel_size"),
+        gpu_memory_utilization=next((r for r in (
+            _as_ratio(cfg.gpu_memory_utilization), _as_ratio(server.get("gpu_memory_utilization")),
+            _from_events(reading.events, "gpu_memory_utilization", _as_ratio),
+            _as_ratio(cache.get("gpu_memory_utilization"))) if r is not None), None),
     )
 
 

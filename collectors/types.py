@@ -121,6 +121,7 @@ class EngineConfigView:
     block_size: int | None = None
     router_max_in_flight: int | None = None
     tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None  # the share of each GPU's memory vLLM reserved at start
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

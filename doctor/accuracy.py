@@ -197,7 +197,7 @@ def _config_from_argv(argv: Sequence[str], env: Mapping[str, str]) -> EngineConf
     """The limits the doctor's config declares for an engine (doctor.toml carries the engine's flags)."""
     config, _ = parse_engine_args(list(argv), env=dict(env))
     return EngineConfigView(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                            max_model_len=config.max_model_len)
+                            max_model_len=config.max_model_len, gpu_memory_utilization=config.gpu_memory_utilization)
 
 
 class Observer:

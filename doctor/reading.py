@@ -218,7 +218,8 @@ def _config_view(ref: EngineRef) -> EngineConfigView:
     c = ref.config
     return EngineConfigView(max_num_seqs=c.get("max_num_seqs"), max_num_batched_tokens=c.get("max_num_batched_tokens"),
                             max_model_len=c.get("max_model_len"), router_max_in_flight=c.get("router_max_in_flight"),
-                            tensor_parallel_size=c.get("tensor_parallel_size"))
+                            tensor_parallel_size=c.get("tensor_parallel_size"),
+                            gpu_memory_utilization=c.get("gpu_memory_utilization"))
 
 
 async def _read_prometheus(opts: Options, readings: dict[str, EngineReading], *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
@@ -16,6 +17,9 @@ class KvPressure(Playbook):
     alerts = ("VllmKvCachePressure",)
     defaults: ClassVar[dict[str, float]] = {
         "kv_usage_ratio": 0.75, "preemptions_per_s": 0.0, "waiting": 0.0, "critical_kv_usage_ratio": 0.95,
+        # more KV when the engine reserved less of its GPUs than they have free: up to this share of each GPU,
+        # leaving this margin of the memory that is free now, and only for a raise of at least this much
+        "gpu_memory_target_ratio": 0.90, "gpu_memory_margin_ratio": 0.05, "gpu_memory_min_raise_ratio": 0.05,
     }
     for_s = 300.0
     runbook = """\
@@ -27,9 +31,12 @@ thrown away and redone.
 **Confirm by hand.** `rate(vllm:num_preemptions_total[5m]) > 0` with `vllm:kv_cache_usage_perc` near 1
 and `vllm:num_requests_waiting > 0`; the stats log line's `Preemptions:` (0.12+).
 
-**Remedies.** Reduce `max_num_seqs` (a relaunch) so fewer sequences compete for blocks; meanwhile
-lower the router's max in flight for the engine. More KV (higher `gpu_memory_utilization`, fp8 KV,
-more tensor-parallel shards) also helps.
+**Remedies.** When the engine reserved less of its GPUs than they have free (its
+`--gpu-memory-utilization` well under 0.9 and framebuffer to spare on every one of its GPUs, so no
+other process needs it), relaunch it with more: the KV pool grows by all of the raise, which removes
+the cause. Otherwise reduce `max_num_seqs` (a relaunch) so fewer sequences compete for blocks;
+meanwhile lower the router's max in flight for the engine. fp8 KV or more tensor-parallel shards
+also give more KV.
 """
 
     def check(self, view: EngineView) -> Condition | None:
@@ -47,11 +54,28 @@ more tensor-parallel shards) also helps.
                                         for e in supporting),
                          (kv, *supporting), agreeing=1 + len(supporting), considered=3, severity=severity)
 
+    def _more_memory(self, view: EngineView) -> Action | None:
+        """Relaunch with a higher --gpu-memory-utilization when its GPUs have the room (known, never assumed)."""
+        p = view.params
+        reserved = view.config.gpu_memory_utilization
+        used = view.value("fb_used_ratio")  # the fullest of its GPUs, every process on it counted
+        if reserved is None or used is None:
+            return None
+        target = math.floor(min(p["gpu_memory_target_ratio"],
+                                reserved + (1.0 - used) - p["gpu_memory_margin_ratio"]) * 100 + 1e-9) / 100
+        if target < reserved + p["gpu_memory_min_raise_ratio"]:
+            return None
+        return Action("relaunch", view.name, {"gpu_memory_utilization": target},
+                      inverse={"gpu_memory_utilization": reserved}, risk="medium",
+                      description=f"more KV: it reserves {reserved:.0%} of its GPU memory and {1 - used:.0%} is free")
+
     def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
         current = view.config.max_num_seqs
         target = max(1, int(current * 0.75)) if current else None
         running = view.value("running") or 1.0
+        more = self._more_memory(view)
         return [
+            *([more] if more is not None else []),
             Action("relaunch", view.name, {"max_num_seqs": target if target else "lower"},
                    inverse={"max_num_seqs": current}, risk="medium",
                    description="reduce max_num_seqs so fewer sequences compete for KV blocks"),

@@ -64,7 +64,10 @@ def _eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
 
 def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
     """The timeline's fault is injected through /sim/fault: the engine dies, dcgm-exporter shows Xid 79."""
-    sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),))
+    # The sim serves dcgm-exporter from the engine's own process, which exits a few seconds after the engine
+    # dies; the real exporter is a separate daemon that stays. Keep the process up so the test can read it.
+    sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),),
+                             hot_env={**SCENARIOS["gpu_xid"].hot_env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
     dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path)
     said: list[str] = []
     try:
@@ -72,7 +75,6 @@ def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
         progress = asyncio.run(run_scenario(dep, 3.0, warmup=False, say=said.append))
         assert any("fault xid:79: HTTP 200" in s for s in said), said
         assert progress["hot"].failed > 0 or progress["hot"].in_flight == 0
-        # The API server notices the dead engine core and goes down shortly after, not at once: wait (bounded).
         assert _eventually(lambda: _health(dep.url("hot")) != 200), "the hot engine still answers /health 200"
         gpu = DcgmSource(dep.dcgm_url("hot"), httpx.Client(trust_env=False)).read()
         assert gpu[0].xid_last == 79
