@@ -212,7 +212,11 @@ class Observer:
 
     def watch(self, name: str, role: str | None, argv: Sequence[str], env: dict[str, str], fresh: bool) -> None:
         """Follow a relaunch (new flags) or a new replica (a new engine to read); `fresh`: a new process, so its
-        memory baseline starts again."""
+        memory baseline starts again. No command line: the engine was removed (a replica scaled in), so it is no
+        longer read (as the deployment's config would drop it), instead of being reported down."""
+        if not argv:
+            self.watches.pop(name, None)
+            return
         w = self.watches.get(name)
         if w is None:
             w = self.watches[name] = _Watch(name, role or "", _config_from_argv(argv, env))

@@ -96,3 +96,22 @@ def test_capacity_probe_measures_what_the_doctor_left_behind() -> None:
     assert eff.measure(pair.baseline, onset_s=None)["capacity_qps"] == base["capacity_qps"]
     no_probe = eff.run(sc, seed=0, mode="observe", duration_s=480.0)
     assert no_probe.probe == [] and eff.measure(no_probe)["capacity_qps"] is None
+
+
+def test_a_replica_the_doctor_removed_is_no_longer_read_nor_reported_down() -> None:
+    from doctor.accuracy import Observer
+
+    sc = get_scenario("qps_surge")
+    h = eff.EfficacyHarness(seed=0)
+    for e in sc.engines:
+        h.add_engine(e.name, sc.argv_for(e.name, 0), env=dict(e.env))
+    observer = Observer(h, sc)
+    argv, env = list(sc.argv_for("hot", 0)), {"CUDA_VISIBLE_DEVICES": "2"}
+    h.add_engine("hot-2", argv, env=env)
+    observer.watch("hot-2", "hot", argv, env, True)
+    h.run_for(5.0)
+    assert [r.name for r in observer.read(5.0)] == ["hot", "cold", "hot-2"]
+    h.engines["hot-2"].core.kill(h.now, "replica removed by the doctor")
+    observer.watch("hot-2", None, (), {}, True)
+    h.run_for(5.0)
+    assert [r.name for r in observer.read(5.0)] == ["hot", "cold"]
