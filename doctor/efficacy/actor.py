@@ -70,6 +70,7 @@ class HarnessDoctor:
         self.owned: dict[str, tuple[int, ...]] = {n: e.core.config.gpus for n, e in h.engines.items()}
         self._busy: dict[str, int] = {}
         self._last: dict[tuple[str, str, str], float] = {}
+        self.renamed: dict[str, str] = {}  # engine -> the engine a blue/green relaunch replaced it with
 
     def busy(self, name: str) -> bool:
         return self._busy.get(name, 0) > 0
@@ -133,8 +134,9 @@ class HarnessDoctor:
             if rec.status != "applied" or v is None or act.effective is None or now < act.effective + v.within_s:
                 continue
             assert act.finding is not None
-            still = any(f.playbook == act.finding.playbook and f.engine == act.finding.engine for f in findings)
-            sig = signals.get(act.finding.engine)
+            engine = self.current(act.finding.engine)  # after a blue/green swap: the engine that replaced it
+            still = any(f.playbook == act.finding.playbook and f.engine == engine for f in findings)
+            sig = signals.get(engine)
             after = sig.get(v.signal) if sig else None
             rec.before, rec.after = {v.signal: act.before}, {v.signal: after}
             if not still or v.met(act.before, after) is not False:
@@ -256,9 +258,70 @@ class HarnessDoctor:
         return Action("relaunch", name, {"argv": list(argv), "env": dict(env), "gpus": list(self.owned[name])})
 
     def _relaunch(self, name: str, argv: list[str], env: dict[str, str], act: _Act) -> Action:
+        """Blue/green when the engine is behind the router and enough GPUs are free (as the local launcher does),
+        else drain, stop, start, warm up, resume."""
+        need = len(self.owned[name])
+        free = self.free_gpus()
+        if self.router.upstream(name) is not None and need and len(free) >= need:
+            return self._blue_green(name, argv, env, act, tuple(free[:need]))
         inverse = self._restore(name)
         self._drain(name, lambda: self._stop_start(name, argv, env, act, inverse), act)
         return inverse
+
+    def current(self, name: str) -> str:
+        """The engine that now stands for `name` (a blue/green swap replaces an engine by a new one)."""
+        while name in self.renamed:
+            name = self.renamed[name]
+        return name
+
+    def _blue_green(self, name: str, argv: list[str], env: dict[str, str], act: _Act, gpus: tuple[int, ...]) -> Action:
+        """Start the new engine on spare GPUs, warm it up, put it in the pool, then drain and stop the old one."""
+        found = self.router.upstream(name)
+        assert found is not None
+        role, spec = found
+        old_argv, old_env = self.h.argv[name]
+        k = 2
+        while f"{name}-b{k}" in self.h.engines or f"{name}-b{k}" in self.owned:
+            k += 1
+        new = f"{name}-b{k}"
+        self.owned[new] = gpus
+        env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))}
+        self._busy[name] = self._busy.get(name, 0) + 1
+        act.record.steps.append(f"blue/green: start {new} on GPU {env['CUDA_VISIBLE_DEVICES']} with "
+                                f"{' '.join(argv[1:])}")
+
+        def start() -> None:
+            try:
+                self.h.add_engine(new, argv, env=env)
+            except EngineStartError as exc:  # the old engine never stopped serving: nothing to undo
+                self.owned.pop(new, None)
+                self._busy[name] -= 1
+                self._done(act, f"start failed ({str(exc).splitlines()[0]}); {name} kept serving")
+                return
+            self.on_engine(new, role, argv, env, True)
+            t_last = self.h.warm_up(new, at=self.h.now)
+            self.h.schedule(t_last + SETTLE_S, swap)
+
+        def swap() -> None:
+            pol = self.router.policy
+            ups = (*pol.upstreams.get(role, ()), UpstreamSpec(new, f"sim://{new}", "active", spec.max_in_flight))
+            self.router.set_policy(replace(pol, upstreams={**pol.upstreams, role: ups}))
+            self.renamed[name] = new
+            self._done(act)  # in effect: the new engine serves
+            act.record.steps.append(f"swap: {new} in, {name} draining")
+            self._drain(name, stop_old, act, timeout_s=None)
+
+        def stop_old() -> None:
+            self.h.engines[name].core.kill(self.h.now, "replaced by a blue/green relaunch")
+            self.h.engines[name].core.release_gpus()
+            self.router.set_policy(without(self.router.policy, name))
+            self.owned.pop(name, None)
+            self.on_engine(name, None, (), {}, True)
+            self._busy[name] -= 2  # this change and its drain
+            act.record.steps.append(f"stop {name}")
+
+        self.h.schedule(self.h.now + self.h.engines[name].core.preset.startup_s, start)
+        return Action("relaunch", new, {"argv": list(old_argv), "env": dict(old_env)})
 
     def _scale_tp(self, name: str, tp: Any, act: _Act) -> Action:
         have = self.owned[name]
