@@ -115,3 +115,14 @@ def test_a_replica_the_doctor_removed_is_no_longer_read_nor_reported_down() -> N
     observer.watch("hot-2", None, (), {}, True)
     h.run_for(5.0)
     assert [r.name for r in observer.read(5.0)] == ["hot", "cold"]
+
+
+def test_relaunch_is_blue_green_on_a_spare_gpu_and_drops_nothing() -> None:
+    run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto")
+    [relaunch] = [a for a in run.actions if a["action"] == "relaunch"]
+    assert relaunch["params"] == {"gpu_memory_utilization": 0.9}
+    steps = " | ".join(relaunch["steps"])
+    assert "blue/green: start hot-b2 on GPU" in steps and "swap: hot-b2 in, hot draining" in steps
+    served_by = {o.upstream for o in run.outcomes if o.result == "ok"}
+    assert {"hot", "hot-b2"} <= served_by  # both served: the old one until the swap, the new one after
+    assert all(o.result != "failed" for o in run.outcomes)  # nothing dropped by the swap
