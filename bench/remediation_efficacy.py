@@ -187,8 +187,9 @@ def print_text(results: list[dict[str, Any]], seeds: list[int], wall_s: float, e
           f"(2 spare); a doctor run every {eval_every_s:g} s")
     print(f"guardrails: one action per target per cycle, cooldown {eff.COOLDOWN_S:g} s per action+target, "
           f"{eff.BUDGET_PER_HOUR} actions/h, batch timeout {eff.BATCH_TIMEOUT_BOUNDS_MS[0]}..."
-          f"{eff.BATCH_TIMEOUT_BOUNDS_MS[1]} ms, a lock per engine, verify "
-          f"{eff.VERIFY_S:g} s after it takes effect else roll back")
+          f"{eff.BATCH_TIMEOUT_BOUNDS_MS[1]} ms, a lock per engine; each action verified as doctor's planner "
+          "specifies (doctor.remedy.planner.VERIFY: signal, goal, window) else rolled back; relaunches blue/green "
+          "on spare GPUs")
     print(f"SLOs: TTFT <= {eff.TTFT_SLO_S:g} s (short), <= {eff.LONG_TTFT_SLO_S:g} s (long, the cold path) and "
           f"TPOT <= {eff.TPOT_SLO_S * 1000:g} ms (goodput: both met); recovered = P99 TTFT within its class's SLO "
           f"in 2 consecutive {eff.WINDOW_S:g} s windows")

@@ -7,10 +7,12 @@ fairness window and the batch timeout, upstream states, fail-over to the other r
 Every `eval_every_s` the doctor reads the engines as `doctor diagnose` does (doctor.accuracy.Observer) and
 runs the playbooks. In `observe` mode it stops there; in `auto` mode `HarnessDoctor` applies the first remedy
 of each warning or critical finding through harness actuators that act as the real ones do (router policy
-changes; drain -> stop -> start after the modelled start-up -> warm up -> resume for relaunches; /sleep +
-/wake_up for defragment; a replica or tensor-parallel shards on free simulated GPUs), behind simplified
-guardrails: one action per target per cycle, a cooldown per action and target, an hourly budget, parameter
-bounds, a lock per engine while a change is under way, and verification with rollback by the inverse.
+changes; relaunches blue/green on spare GPUs, else drain -> stop -> start after the modelled start-up -> warm
+up -> resume; /sleep + /wake_up for defragment; a replica or tensor-parallel shards on free simulated GPUs),
+behind simplified guardrails: one action per target per cycle, a cooldown per action and target, an hourly
+budget, parameter bounds, a lock per engine while a change is under way, and verification (the planner's
+VerifySpec for the playbook and action, the harness's own where the planner has none) with rollback by the
+inverse.
 `measure` turns the requests' client-side view into the comparison's numbers.
 
 The package, one concern a module, layered so that imports only point down:

@@ -12,6 +12,7 @@ from doctor.accuracy import WARMUP_S
 from doctor.efficacy.harness import EfficacyHarness
 from doctor.efficacy.vrouter import VirtualRouter, without
 from doctor.remedy.model import ActionRecord, Refused, VerifySpec
+from doctor.remedy.planner import verify_spec
 from playbooks.model import Action, Finding
 from router.policy import PolicyError, UpstreamSpec, check_limits, with_upstream_state
 from sim.engine import EngineStartError
@@ -104,7 +105,7 @@ class HarnessDoctor:
         act = _Act(rec, a, f, now)
         self.log.append(act)
         if f is not None and f.evidence:
-            act.verify = _verify_spec(a, f, self.verify_s)
+            act.verify = verify_spec(f.playbook, a.kind) or _verify_spec(a, f, self.verify_s)
             sig = signals.get(f.engine)
             act.before = sig.get(act.verify.signal) if sig else None
             rec.verify = {"signal": act.verify.signal, "direction": act.verify.direction, "ratio": act.verify.ratio,
@@ -500,8 +501,9 @@ class HarnessDoctor:
 
 
 def _verify_spec(a: Action, f: Finding, within_s: float) -> VerifySpec:
-    """What must improve: the queue for admission and capacity changes (the finding's latency evidence lags
-    them by the backlog's drain time), else the finding's first evidence; by 10% or the finding clears."""
+    """Where doctor.remedy.planner.VERIFY has nothing for the action, what must improve: the queue for admission
+    and capacity changes (the finding's latency evidence lags them by the backlog's drain time), else the finding's
+    first evidence; by 10% or the finding clears."""
     if a.kind in VERIFY_QUEUE:
         return VerifySpec("waiting", "down", ratio=0.9, within_s=within_s)
     ev = f.evidence[0]

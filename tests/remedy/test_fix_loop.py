@@ -129,7 +129,8 @@ def test_failed_verification_rolls_back_and_escalates(world: World) -> None:
     rem.clock = lambda: now[0]
     rem.guard.clock = rem.clock
     [rec] = rem.journal.unfinished()
-    unchanged = Signals("hot", 5.0, "ok", 200, {"p99_ttft_s": rec.before.get("p99_ttft_s") or 1.0})
+    signal = rec.verify["signal"]  # what the limit must improve (the engine's queue)
+    unchanged = Signals("hot", 5.0, "ok", 200, {signal: max(1.0, rec.before.get(signal) or 0.0)})
 
     async def reread() -> dict[str, Signals]:
         return {"hot": unchanged}

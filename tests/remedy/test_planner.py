@@ -215,7 +215,7 @@ def test_documented_table_matches_the_code() -> None:
 
 
 @pytest.mark.parametrize(("playbook", "kind", "signal"), [
-    ("p99_spike", "length_limit", "p99_ttft_s"), ("long_prompt_share", "set_route_threshold", "p99_ttft_s"),
+    ("p99_spike", "length_limit", "waiting"), ("long_prompt_share", "set_route_threshold", "p99_ttft_s"),
     ("kv_pressure", "set_max_in_flight", "preemptions_per_s"), ("kv_pressure", "relaunch", "kv_cache_usage"),
     ("memory_fragmentation", "defragment", "memory_growth_ratio"), ("cold_start", "warm_up", "p99_ttft_s"),
     ("prefix_cache_miss", "rewarm_prefix_cache", "prefix_cache_hit_rate"),
