@@ -278,3 +278,13 @@ def test_the_registry_covers_every_action_kind_but_escalate(tmp_path: Path) -> N
     assert isinstance(reg.for_kind("relaunch"), LocalLauncher)
     with pytest.raises(Refused, match="no actuator applies 'escalate'"):
         reg.for_kind("escalate")
+
+
+def test_relaunch_with_more_gpu_memory_passes_the_flag(tmp_path: Path) -> None:
+    with stack(tmp_path, pool=[0, 1, 2]) as s:
+        applied = run(s.launcher.apply(Action("relaunch", "hot", {"gpu_memory_utilization": 0.6}), s.ctx))
+        new = applied.changed
+        assert new["gpus"] == [2] and new["args"]["gpu_memory_utilization"] == 0.6
+        assert "--gpu-memory-utilization 0.6" in cmdline(new["pid"])
+        assert s.hot_upstream()["url"] == new["url"]
+        assert applied.inverse is not None and applied.inverse.params.get("restore") is True
