@@ -80,13 +80,16 @@ def _bucket(bounds: tuple[float, ...], value: float) -> tuple[float, float]:
 def _p99_agrees(server_p99: float | None, client_p99: float, bounds: tuple[float, ...]) -> None:
     """The server's P99 (interpolated in a bucket) against the client's, which adds HTTP and client overhead.
 
-    The server's true value lies in the bucket its estimate falls in; the client's P99 is not below that
-    bucket's lower bound (minus 50 ms) and not above 2x its upper bound plus 0.5 s: wide enough for a
-    shared 2-core machine where the load generator and the server compete for the CPU.
+    The server's true value lies in the bucket its estimate falls in. Every request takes at least as long at
+    the client as at the server, so the client's P99 is not below that bucket's lower bound (minus 50 ms),
+    whatever the machine's speed. How much the client adds has no bound on a shared 2-core machine (1.6 s
+    seen while the load generator and the server fought for the CPU), so above it is only held to what a
+    unit mistake would break (a server figure read in ms as s, or the reverse: a factor of 1000).
     """
     assert server_p99 is not None
     lo, hi = _bucket(bounds, server_p99)
-    assert lo - 0.05 <= client_p99 <= 2 * hi + 0.5, (server_p99, (lo, hi), client_p99)
+    assert lo - 0.05 <= client_p99, (server_p99, (lo, hi), client_p99)
+    assert client_p99 <= 100 * hi + 5.0, (server_p99, (lo, hi), client_p99)
 
 
 def test_signals_agree_with_the_load_generator(real_vllm: RealServer) -> None:
