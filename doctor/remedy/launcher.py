@@ -1,9 +1,9 @@
 """The engine launcher: relaunch with changed arguments (blue/green on spare GPUs, else in place), scale out.
 
 `Launcher` is the backend interface (local processes here; systemd or Kubernetes can implement it).
-`LocalLauncher` fills the engine's command template (doctor.config EngineConfig.launch_command), starts
-it detached (own process group, stdin closed, stdout/stderr to a log file, pid file and a JSON record
-under STATE_DIR/engines/) and adopts what an earlier run started, so a cron run leaves nothing orphaned.
+`LocalLauncher` fills the engine's command template (doctor.config EngineConfig.launch_command) and runs it
+through doctor.remedy.engine_procs (detached, recorded under STATE_DIR/engines/, adopted by a later run, so a
+cron run leaves nothing orphaned).
 A start that fails, or an engine that never answers /health, is rolled back: the old engine stays or
 comes back in service, and the ActuatorError carries the tail of the new engine's log.
 """
@@ -12,72 +12,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import shlex
-import signal
-import socket
 import string
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import psutil
 
 from doctor.config import EngineConfig
+from doctor.remedy.engine_procs import (
+    SECRET_ENV,
+    START_MARK,
+    EngineProcesses,
+    LaunchedEngine,
+    Process,
+    Spawner,
+    free_port,
+    popen_spawn,
+    redact,
+)
 from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Refused
 from doctor.remedy.router_actuator import RouterActuator
 from doctor.remedy.vllm_admin import warm_up
 from playbooks.model import Action
 
+__all__ = ["CONTROL_KEYS", "LAUNCHER_KINDS", "LOWER_FACTOR", "SECRET_ENV", "START_MARK", "EngineProcesses",
+           "FreeMemory", "LaunchedEngine", "Launcher", "LocalLauncher", "Process", "Spawner", "free_port",
+           "popen_spawn", "redact"]
+
 LAUNCHER_KINDS: tuple[str, ...] = ("relaunch", "scale_out")
 CONTROL_KEYS = frozenset({"reason", "restore", "fallback"})  # action params that are not vLLM arguments
 LOWER_FACTOR = 0.75  # "lower" in a playbook's params: 75% of the current value
-SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
-START_MARK = "=== serving-doctor launcher: starting "
-_SECRET_WORDS = ("key", "token", "secret", "password")
 FreeMemory = Callable[[int], "tuple[float, float] | None"]  # GPU index -> (free bytes, total bytes) or unknown
-
-
-class Process(Protocol):
-    pid: int
-
-    def poll(self) -> int | None: ...
-
-
-Spawner = Callable[[str, Mapping[str, str], Path], Process]
-
-
-def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
-    """Start `command` through sh, detached: a new session (own process group), output appended to `log`."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(command, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
-
-
-@dataclass
-class LaunchedEngine:
-    """One engine process the launcher started (its record under STATE_DIR/engines/NAME@PORT.json)."""
-
-    name: str
-    pid: int
-    port: int
-    url: str
-    gpus: tuple[int, ...]
-    command: str
-    log: str
-    args: dict[str, Any] = field(default_factory=dict)
-    started_at: float = 0.0
-    create_time: float | None = None  # psutil's, to tell a reused pid apart
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}@{self.port}"
 
 
 class Launcher(Protocol):
@@ -91,33 +61,6 @@ class Launcher(Protocol):
 def _with_port(url: str, port: int) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(netloc=f"{parts.hostname}:{port}"))
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def redact(command: str) -> str:
-    """A command line safe to show: values of --api-key/--*token*/... flags and X_TOKEN=... assignments masked."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return "(command not shown)"
-    out: list[str] = []
-    hide_next = False
-    for w in words:
-        name, eq, _ = w.partition("=")
-        secret = any(k in name.lower() for k in _SECRET_WORDS)
-        if hide_next:
-            out.append("***")
-        elif eq and secret:
-            out.append(f"{name}=***")
-        else:
-            out.append(w)
-        hide_next = w.startswith("--") and not eq and secret
-    return shlex.join(out)
 
 
 def _flag(key: str, value: Any) -> str:
@@ -141,72 +84,36 @@ class LocalLauncher:
                  drain_timeout_s: float = 120.0, warm_batches: Sequence[int] = (4, 8, 16),
                  warm_prompt_tokens: Sequence[int] = (512, 1024, 2048),
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self.dir = Path(state_dir) / "engines"
-        self.spawn = spawn
+        self.procs = EngineProcesses(Path(state_dir) / "engines", spawn=spawn, env=env, secret_env=secret_env,
+                                     stop_grace_s=stop_grace_s, sleep=sleep)
         self.router = router
         self.gpu_pool = None if gpu_pool is None else tuple(gpu_pool)
         self.free_memory = free_memory
-        self.env = dict(env or {})
-        self.secret_env = tuple(secret_env)
         self.health_timeout_s = health_timeout_s
-        self.stop_grace_s = stop_grace_s
         self.drain_timeout_s = drain_timeout_s
         self.warm_batches, self.warm_prompt_tokens = tuple(warm_batches), tuple(warm_prompt_tokens)
         self.sleep = sleep
-        self._procs: dict[int, Process] = {}  # children of this process (polled, so none stays a zombie)
 
-    # ----- records -------------------------------------------------------------------------------
-
-    def _files(self, key: str) -> tuple[Path, Path]:
-        return self.dir / f"{key}.pid", self.dir / f"{key}.json"
-
-    def _save(self, rec: LaunchedEngine) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        pid_file, meta = self._files(rec.key)
-        tmp = meta.with_suffix(".tmp")
-        tmp.touch(mode=0o600)  # the command line may hold an --api-key
-        tmp.write_text(json.dumps(asdict(rec), sort_keys=True))
-        tmp.replace(meta)
-        pid_file.write_text(f"{rec.pid}\n")
-
-    def _forget(self, rec: LaunchedEngine) -> None:
-        for path in self._files(rec.key):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-    def alive(self, rec: LaunchedEngine) -> bool:
-        proc = self._procs.get(rec.pid)
-        if proc is not None:
-            return proc.poll() is None
-        try:
-            p = psutil.Process(rec.pid)
-            return p.status() != psutil.STATUS_ZOMBIE and (
-                rec.create_time is None or abs(p.create_time() - rec.create_time) < 1.0)
-        except psutil.Error:
-            return False
+    # ----- processes (EngineProcesses) -------------------------------------------------------------
 
     def adopt(self) -> list[LaunchedEngine]:
         """Engines started earlier (pid files): alive ones are returned, dead ones' files removed."""
-        out: list[LaunchedEngine] = []
-        for pid_file in sorted(self.dir.glob("*.pid")) if self.dir.is_dir() else []:
-            meta = pid_file.with_suffix(".json")
-            try:
-                data = json.loads(meta.read_text())
-                rec = LaunchedEngine(**{**data, "gpus": tuple(data.get("gpus", ()))})
-            except (OSError, ValueError, TypeError):
-                rec = None
-            if rec is None or not self.alive(rec):
-                for path in (pid_file, meta):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                continue
-            out.append(rec)
-        return out
+        return self.procs.adopt()
 
     def record_for(self, name: str) -> LaunchedEngine | None:
         """The live engine process named `name` (the newest when several)."""
-        recs = [r for r in self.adopt() if r.name == name]
-        return max(recs, key=lambda r: r.started_at) if recs else None
+        return self.procs.record_for(name)
+
+    def start(self, target: EngineTarget, *, port: int, gpus: Sequence[int], args: Mapping[str, Any]) -> LaunchedEngine:
+        """Start `target` with its command template filled in for `port`, `gpus` and `args`."""
+        merged = {**target.args, **args}
+        line = self.command(target, port=port, gpus=gpus, args=merged)
+        return self.procs.start(target.name, line, url=_with_port(target.url, port), port=port, gpus=gpus,
+                                args=merged)
+
+    async def stop(self, rec: LaunchedEngine) -> None:
+        """SIGTERM to the engine's process group, SIGKILL after the grace period; its records removed."""
+        await self.procs.stop(rec)
 
     # ----- GPUs ----------------------------------------------------------------------------------
 
@@ -237,7 +144,7 @@ class LocalLauncher:
                            tensor_parallel_size=args.get("tensor_parallel_size"),
                            gpu_memory_utilization=args.get("gpu_memory_utilization"))
         placeholders = {f for _, f, _, _ in string.Formatter().parse(target.launcher) if f}
-        line = cfg.launch_command(self.dir.parent)
+        line = cfg.launch_command(self.procs.dir.parent)
         extra = [_flag(k, v) for k, v in args.items() if k not in placeholders and k not in CONTROL_KEYS
                  and v is not None]
         return " ".join([line, *extra])
@@ -261,84 +168,25 @@ class LocalLauncher:
             out[key] = value
         return out
 
-    # ----- processes -----------------------------------------------------------------------------
-
-    def start(self, target: EngineTarget, *, port: int, gpus: Sequence[int], args: Mapping[str, Any]) -> LaunchedEngine:
-        line = self.command(target, port=port, gpus=gpus, args={**target.args, **args})
-        self.dir.mkdir(parents=True, exist_ok=True)
-        log = self.dir / f"{target.name}@{port}.log"
-        try:
-            proc = self._spawn(line, gpus, log)
-        except OSError as exc:
-            raise ActuatorError(f"{target.name}: the launcher command could not be started: {exc}") from None
-        self._procs[proc.pid] = proc
-        try:
-            ctime: float | None = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            ctime = None
-        rec = LaunchedEngine(target.name, proc.pid, port, _with_port(target.url, port), tuple(gpus), line, str(log),
-                             {**target.args, **args}, time.time(), ctime)
-        self._save(rec)
-        return rec
-
-    def _spawn(self, line: str, gpus: Sequence[int], log: Path) -> Process:
-        """Start one command line; the log gets a start mark so its tail shows only this start."""
-        env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in self.secret_env}
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-        with open(log, "a", encoding="utf-8") as out:
-            out.write(f"{START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {redact(line)}\n")
-        return self.spawn(line, env, log)
-
-    def log_tail(self, rec: LaunchedEngine, lines: int = 15) -> str:
-        try:
-            text = Path(rec.log).read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        starts = [i for i, t in enumerate(text) if t.startswith(START_MARK)]
-        text = text[starts[-1] + 1:] if starts else text
-        return "\n".join(text[-lines:]) or "(empty log)"
+    # ----- health, drain, warm-up -----------------------------------------------------------------
 
     async def wait_healthy(self, rec: LaunchedEngine) -> None:
         """Until /health answers 200; ActuatorError (with the log's tail) when it exits or times out."""
         deadline = time.monotonic() + self.health_timeout_s
         async with httpx.AsyncClient(timeout=2.0) as client:
             while True:
-                if not self.alive(rec):
-                    proc = self._procs.get(rec.pid)
-                    code = proc.poll() if proc is not None else None
+                if not self.procs.alive(rec):
+                    code = self.procs.exit_code(rec)
                     raise ActuatorError(f"{rec.name}: the new engine exited (code {code}) before becoming healthy; "
-                                        f"command: {redact(rec.command)}\nlog tail:\n{self.log_tail(rec)}")
+                                        f"command: {redact(rec.command)}\nlog tail:\n{self.procs.log_tail(rec)}")
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(rec.url + "/health")).status_code == 200:
                         return
                 if time.monotonic() > deadline:
                     raise ActuatorError(f"{rec.name}: the new engine never became healthy within "
                                         f"{self.health_timeout_s:g}s; command: {redact(rec.command)}\n"
-                                        f"log tail:\n{self.log_tail(rec)}")
+                                        f"log tail:\n{self.procs.log_tail(rec)}")
                 await self.sleep(0.1)
-
-    def _running(self, rec: LaunchedEngine) -> bool:
-        """The engine's leader or any process of its group (the shell's children, vLLM's workers) still runs."""
-        if self.alive(rec):
-            return True
-        for p in psutil.process_iter(["status"]):
-            with contextlib.suppress(OSError, psutil.Error):
-                if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == rec.pid:
-                    return True
-        return False
-
-    async def stop(self, rec: LaunchedEngine) -> None:
-        """SIGTERM to the engine's process group, SIGKILL after the grace period; its records removed."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if not self._running(rec):
-                break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(rec.pid, sig)
-            deadline = time.monotonic() + self.stop_grace_s
-            while self._running(rec) and time.monotonic() < deadline:
-                await self.sleep(0.05)
-        self._procs.pop(rec.pid, None)
-        self._forget(rec)
 
     async def _engine_idle(self, url: str) -> bool:
         """Wait (bounded) until the engine's /load is 0 twice in a row (or it does not answer)."""
@@ -389,7 +237,7 @@ class LocalLauncher:
                 async with httpx.AsyncClient(timeout=2.0) as client:
                     if (await client.get(target.url.rstrip("/") + "/health")).status_code == 200:
                         raise Refused(f"{target.name} at {target.url} is running but was not started by the doctor's "
-                                      f"launcher (no pid file under {self.dir}); it cannot be stopped safely")
+                                      f"launcher (no pid file under {self.procs.dir}); it cannot be stopped safely")
         return rec
 
     # ----- relaunch ------------------------------------------------------------------------------
@@ -489,10 +337,7 @@ class LocalLauncher:
             return "rolled back: nothing to restore (the engine was not running before)"
         rec = old
         try:
-            proc = self._spawn(old.command, old.gpus, Path(old.log))
-            self._procs[proc.pid] = proc
-            rec = replace(old, pid=proc.pid, started_at=time.time(), create_time=None)
-            self._save(rec)
+            rec = self.procs.restart(old)
             await self.wait_healthy(rec)
             await self._warm(rec, target)
         except (ActuatorError, OSError) as exc:
