@@ -210,6 +210,18 @@ class Observer:
         for w in self.watches.values():
             w.prev_metrics = self._metrics(w.name)
 
+    def read_signals(self, window_s: float, history: MemoryHistory, *,
+                     long_prompt_tokens: int) -> tuple[list[EngineReading], dict[str, Signals]]:
+        """One diagnose run's readings and signals; the signals of engines whose /metrics answered go to `history`."""
+        now = self.h.now
+        readings = self.read(window_s)
+        signals: dict[str, Signals] = {}
+        for r in readings:
+            signals[r.name] = build_signals(r, window_s=window_s, long_prompt_tokens=long_prompt_tokens)
+            if r.last_ok("metrics") is not None:
+                history.append(r.name, now, signals[r.name].values)
+        return readings, signals
+
     def watch(self, name: str, role: str | None, argv: Sequence[str], env: dict[str, str], fresh: bool) -> None:
         """Follow a relaunch (new flags) or a new replica (a new engine to read); `fresh`: a new process, so its
         memory baseline starts again. No command line: the engine was removed (a replica scaled in), so it is no
@@ -461,12 +473,7 @@ def run_in_harness(scenario: Scenario, *, seed: int = 0, eval_every_s: float = 3
         now = t0 + k * eval_every_s
         h.run_until(now)
         window = now - t_prev
-        readings = observer.read(window)
-        signals: dict[str, Signals] = {}
-        for r in readings:
-            signals[r.name] = build_signals(r, window_s=window, long_prompt_tokens=scenario.route_threshold)
-            if r.last_ok("metrics") is not None:
-                history.append(r.name, now, signals[r.name].values)
+        readings, signals = observer.read_signals(window, history, long_prompt_tokens=scenario.route_threshold)
         views = build_views(readings, signals, now=now, settings=settings,
                             history_for=functools.partial(history_at, history, now))
         if missing:

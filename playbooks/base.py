@@ -18,6 +18,11 @@ from collectors.types import EngineConfigView, Event, Signals
 from playbooks.model import Action, Evidence, Severity
 
 
+def round_threshold(tokens: float, floor: int = 1024) -> int:
+    """A route threshold rounded down to a multiple of 512 tokens, never below `floor`."""
+    return max(floor, int(tokens) // 512 * 512)
+
+
 class HistoryView(Protocol):
     """Past values of one engine's signals (the state directory's history, or Prometheus)."""
 

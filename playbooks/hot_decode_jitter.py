@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from playbooks.base import Condition, EngineView, Playbook
+from playbooks.base import Condition, EngineView, Playbook, round_threshold
 from playbooks.model import Action, Evidence
-
-
-def round_threshold(tokens: float, floor: int = 1024) -> int:
-    """A route threshold rounded down to a multiple of 512 tokens, never below `floor`."""
-    return max(floor, int(tokens) // 512 * 512)
 
 
 class HotDecodeJitter(Playbook):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from playbooks.base import Condition, EngineView, Playbook
+from playbooks.base import Condition, EngineView, Playbook, round_threshold
 from playbooks.model import Action, Evidence
 
 # SLO key (the config's `slo` table) -> the signal it bounds. TPOT is vLLM's inter-token latency.
@@ -13,11 +13,6 @@ SLO_SIGNALS: dict[str, str] = {
     "p95_tpot_s": "p95_itl_s", "p95_itl_s": "p95_itl_s", "p99_tpot_s": "p99_itl_s", "p99_itl_s": "p99_itl_s",
 }
 BASELINE_SIGNALS: tuple[str, ...] = ("p99_e2e_s", "p99_ttft_s")
-
-
-def round_threshold(tokens: float, floor: int = 1024) -> int:
-    """A route threshold rounded down to a multiple of 512 tokens, never below `floor`."""
-    return max(floor, int(tokens) // 512 * 512)
 
 
 class P99Spike(Playbook):

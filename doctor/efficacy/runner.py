@@ -9,8 +9,6 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from collectors.combine import build_signals
-from collectors.types import Signals
 from doctor.accuracy import (
     WARMUP_S,
     MemoryHistory,
@@ -76,12 +74,8 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
         now = t0 + k * eval_every_s
         h.run_until(now)
         window = now - t_prev
-        readings = observer.read(window)
-        signals: dict[str, Signals] = {}
-        for r in readings:
-            signals[r.name] = build_signals(r, window_s=window, long_prompt_tokens=router.policy.route_threshold_tokens)
-            if r.last_ok("metrics") is not None:
-                history.append(r.name, now, signals[r.name].values)
+        readings, signals = observer.read_signals(window, history,
+                                                  long_prompt_tokens=router.policy.route_threshold_tokens)
         views = build_views(readings, signals, now=now, settings=settings,
                             history_for=functools.partial(history_at, history, now), in_progress=doctor.busy)
         findings = run_playbooks(views, state, now=now, settings=settings)
