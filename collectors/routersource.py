@@ -7,7 +7,9 @@ From two scrapes of the router's `router_*` families (see router/metrics.py):
 * `router_queue_p99_s`: p99 of the admission wait (all routes);
 * `rejections_per_s`: requests the router refused (length limit, queue full, no upstream, bad input ...);
 * `itl_cv`: coefficient of variation of the gaps between streamed token chunks, per engine, exact
-  (the router exports the sum of squared gaps), finer than vLLM's ITL buckets.
+  (the router exports the sum of squared gaps), finer than vLLM's ITL buckets;
+* `length_limit_tokens` (0 = none in force) and `length_limit_idle_s`: how long the emergency length limit
+  has refused nothing (since its last refusal, or since it was set), from one scrape.
 
 With one scrape, shares and quantiles cover everything since the router started (said in reasons);
 rates need two.
@@ -28,7 +30,8 @@ from collectors.types import HistogramData, Sample
 
 Values = dict[str, float | None]
 Reasons = dict[str, str]
-ROUTER_SIGNALS: tuple[str, ...] = ("misrouted_share", "router_queue_p99_s", "rejections_per_s", "itl_cv")
+ROUTER_SIGNALS: tuple[str, ...] = ("misrouted_share", "router_queue_p99_s", "rejections_per_s", "itl_cv",
+                                   "length_limit_tokens", "length_limit_idle_s")
 MAX_SCRAPE_BYTES = 8 * 1024 * 1024
 MIN_GAPS = 10
 
@@ -57,6 +60,8 @@ class RouterSnapshot:
     roles: Mapping[str, str]  # upstream name -> role
     policy_version: float | None = None
     in_flight: Mapping[str, float] = field(default_factory=dict)
+    length_limit_tokens: float | None = None  # None: an older router without the gauge
+    length_limit_idle_s: float | None = None
 
 
 def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
@@ -77,6 +82,8 @@ def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
     roles: dict[str, str] = {}
     in_flight: dict[str, float] = {}
     version: float | None = None
+    limit: float | None = None
+    limit_idle: float | None = None
     for fam in families:
         for s in fam.samples:
             name, labels, value = s.name, s.labels, float(s.value)
@@ -108,12 +115,17 @@ def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
                 version = value
             elif name == "router_in_flight":
                 in_flight[up] = value
+            elif name == "router_length_limit_tokens":
+                limit = value
+            elif name == "router_length_limit_idle_seconds":
+                limit_idle = value
     queue = None
     if buckets:
         bounds = tuple(sorted(buckets))
         queue = HistogramData(bounds, tuple(buckets[b] for b in bounds), q_sum, q_count)
     gaps = {u: GapStats(count.get(u, 0.0), total.get(u, 0.0), squares.get(u, 0.0)) for u in count}
-    return RouterSnapshot(timestamp, checked, misrouted, rejections, queue, gaps, roles, version, in_flight)
+    return RouterSnapshot(timestamp, checked, misrouted, rejections, queue, gaps, roles, version, in_flight,
+                          limit, limit_idle)
 
 
 def _gap_delta(prev: RouterSnapshot | None, cur: RouterSnapshot, names: list[str]) -> GapStats:
@@ -186,7 +198,25 @@ def derive_router_signals(prev: RouterSnapshot | None, cur: RouterSnapshot,
     cv, note = itl_cv(prev, cur, engine)
     values["itl_cv"] = cv
     reasons["itl_cv"] = note
+    _length_limit(cur, values, reasons)
     return values, reasons
+
+
+def _length_limit(cur: RouterSnapshot, values: Values, reasons: Reasons) -> None:
+    """The emergency length limit in force (0 = none) and how long it has refused nothing."""
+    values["length_limit_tokens"] = cur.length_limit_tokens
+    if cur.length_limit_tokens is None:
+        reasons["length_limit_tokens"] = "the router exports no router_length_limit_tokens"
+    if cur.length_limit_tokens is None or cur.length_limit_idle_s is None:
+        values["length_limit_idle_s"] = None
+        reasons["length_limit_idle_s"] = "the router exports no router_length_limit_idle_seconds (older router)"
+    elif cur.length_limit_tokens <= 0:
+        values["length_limit_idle_s"] = None
+        reasons["length_limit_idle_s"] = "no emergency length limit in force"
+    else:
+        values["length_limit_idle_s"] = cur.length_limit_idle_s
+        reasons["length_limit_idle_s"] = "since the limit last refused a request, or since it was set"
+
 
 
 def _queue(prev: RouterSnapshot | None, cur: RouterSnapshot, values: Values, reasons: Reasons) -> None:

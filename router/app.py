@@ -88,6 +88,9 @@ class Router:
         self.metrics.token_method.labels(self.counter.method).set(1)
         self.proxy = Proxy(self)
         self._policy_lock = asyncio.Lock()
+        # When the length limit in force was set and when it last refused a request (router_length_limit_idle_seconds).
+        self.length_limit_since = clock()
+        self.length_limit_last_rejection: float | None = None
         self._health_task: asyncio.Task[None] | None = None
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
@@ -228,7 +231,11 @@ class Router:
                 m.upstream_state.labels(u.name, u.role, s).set(1 if u.state == s and not u.detached else 0)
         m.policy_version.set(self.store.version)
         m.threshold.set(pol.route_threshold_tokens)
-        m.length_limit.set((pol.length_limit_tokens or 0) if pol.length_limit_active(self.clock()) else 0)
+        now = self.clock()
+        active = pol.length_limit_active(now)
+        m.length_limit.set((pol.length_limit_tokens or 0) if active else 0)
+        m.length_limit_idle.set(max(0.0, now - max(self.length_limit_since, self.length_limit_last_rejection or 0.0))
+                                if active else 0.0)
         fallbacks = getattr(self.counter, "fallbacks", 0)
         m.token_fallbacks.set(fallbacks)
 
@@ -309,7 +316,11 @@ class Router:
             lens = {s.name: (self._known.get((r, s.name, s.url)) or prepared[(r, s.name, s.url)]).max_model_len
                     for r, s in new.all_upstreams()}
             check_limits(new, lens, now=self.clock(), previous=self.store.policy)
+            old = self.store.policy
             entry = self.store.apply(new, source)
+            if _limit_rule(new) != _limit_rule(old):
+                self.length_limit_since = self.clock()
+                self.length_limit_last_rejection = None
             self._sync_pools(prepared)
             self.admission.pump_all()
             return entry
@@ -317,3 +328,8 @@ class Router:
     @property
     def policy(self) -> Policy:
         return self.store.policy
+
+
+def _limit_rule(pol: Policy) -> tuple[int | None, str | None, str | None]:
+    """What the emergency length limit refuses (its expiry aside: extending it does not make it new)."""
+    return (pol.length_limit_tokens, pol.length_limit_client, pol.length_limit_model)

@@ -57,6 +57,9 @@ class RouterMetrics:
                                      registry=r)
         self.length_limit = Gauge("router_length_limit_tokens", "Emergency length limit in force (0 = none)",
                                   registry=r)
+        self.length_limit_idle = Gauge(
+            "router_length_limit_idle_seconds", "Seconds since the emergency length limit last refused a request, "
+            "or since it was set when it has refused none (0 = no limit in force)", registry=r)
         self.threshold = Gauge("router_route_threshold_tokens", "Route threshold in tokens", registry=r)
         self._children: dict[tuple[object, ...], MetricWrapperBase] = {}
 

@@ -125,6 +125,7 @@ class Proxy:
             client = self._client_id(scope, doc)
             if (pol.length_limit_client is None or pol.length_limit_client == client) and \
                     (pol.length_limit_model is None or pol.length_limit_model == model):
+                self.r.length_limit_last_rejection = self.r.clock()
                 return await self._reject(
                     send, 413, "length_limit",
                     f"prompt of about {tokens} tokens is over the emergency length limit of {limit_tokens} tokens",

@@ -100,6 +100,21 @@ def test_parses_what_the_router_exposes() -> None:
     assert values["router_queue_p99_s"] is not None
 
 
+def test_length_limit_and_how_long_it_has_refused_nothing() -> None:
+    m = RouterMetrics()
+    values, reasons = derive_router_signals(None, parse_router_metrics(m.render().decode(), 1.0))
+    assert values["length_limit_tokens"] == 0.0
+    assert values["length_limit_idle_s"] is None and "no emergency length limit" in reasons["length_limit_idle_s"]
+    m.length_limit.set(8192)
+    m.length_limit_idle.set(615.5)
+    values, _ = derive_router_signals(None, parse_router_metrics(m.render().decode(), 2.0))
+    assert (values["length_limit_tokens"], values["length_limit_idle_s"]) == (8192.0, 615.5)
+    # An older router without the gauges: unknown, never "no limit".
+    values, reasons = derive_router_signals(None, parse_router_metrics(TEXT_A, 3.0))
+    assert values["length_limit_tokens"] is None and values["length_limit_idle_s"] is None
+    assert "older router" in reasons["length_limit_idle_s"]
+
+
 def test_read_router_reports_errors_as_samples() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.host == "ok":

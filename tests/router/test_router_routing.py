@@ -81,6 +81,35 @@ def test_length_limit_413_names_the_limit_and_expires() -> None:
         assert 'router_rejections_total{rule="length_limit"} 3.0' in c.get("/metrics").text
 
 
+def _gauge(client: httpx.Client, name: str) -> float:
+    line = next(ln for ln in client.get("/metrics").text.splitlines() if ln.startswith(name + " "))
+    return float(line.split()[-1])
+
+
+def test_length_limit_idle_seconds_count_from_the_last_refusal() -> None:
+    clock = FakeClock()
+    with engine("hot-m") as hot, engine("cold-m") as cold, router(hot.url, cold.url, clock=clock) as rt:
+        c = httpx.Client(base_url=rt.url, timeout=30)
+        idle = "router_length_limit_idle_seconds"
+        assert _gauge(c, idle) == 0.0  # no limit in force
+        change(c, length_limit_tokens=2000, length_limit_expires_at=clock.now + 3600)
+        clock.advance(100)
+        assert _gauge(c, idle) == 100.0  # refused nothing yet: counted from when it was set
+        assert complete(c, 2500).status_code == 413
+        clock.advance(30)
+        assert _gauge(c, idle) == 30.0  # from the last refusal
+        assert complete(c, 1500).status_code == 200  # under the limit: not a refusal
+        clock.advance(20)
+        assert _gauge(c, idle) == 50.0
+        change(c, length_limit_expires_at=clock.now + 7200)  # a longer expiry is the same limit
+        assert _gauge(c, idle) == 50.0
+        change(c, length_limit_tokens=4000)  # a new limit starts afresh
+        clock.advance(5)
+        assert _gauge(c, idle) == 5.0
+        change(c, length_limit_tokens=None, length_limit_expires_at=None)
+        assert _gauge(c, idle) == 0.0
+
+
 async def _overflow(url: str, hot_url: str) -> tuple[list[int], httpx.Response]:
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         body = {"prompt": prompt(10), "max_tokens": 5}
