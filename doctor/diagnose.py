@@ -206,6 +206,7 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
                 return {r.ref.name: r.signals for r in again}
 
             await remediator.verify(records, reread, wait_s=opts.verify_wait_s)
+        records += await remediator.lift_idle_limits({r.ref.name: r.signals for r in results}, findings)
         actions = [r.report() for r in records]
     readable = any(r.describe()["reachable"] for r in results)
     engines = []

@@ -34,8 +34,9 @@ policy (`GET /policy`: `route_threshold_tokens`) and its misroute counter.
 
 **Remedies.** Move the route threshold down (to about 80% of today's, in 512-token steps) so prompts
 that are long in real tokens go cold; if that is not enough, isolate the longest prompts with the
-emergency length limit (413 over 8192 tokens for an hour). Counting tokens with the tokenizer at the
-router (`token_counter = "tokenizer"`) removes the estimate's error for good.
+emergency length limit (413 over 8192 tokens for an hour at most; lifted early once idle). Counting
+tokens with the tokenizer at the router (`token_counter = "tokenizer"`) removes the estimate's error for
+good.
 """
 
     def check(self, view: EngineView) -> Condition | None:

@@ -21,6 +21,7 @@ from doctor.remedy.audit import AuditLog
 from doctor.remedy.escalate import Escalation, EscalationError, escalate
 from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
+from doctor.remedy.lift import judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
 from doctor.remedy.planner import Planned, plan_all
 from doctor.remedy.queue import ActionStore
@@ -210,6 +211,60 @@ class Remediator:
             await self._judge(rec, signals, final=False)
             done.append(rec)
         return done
+
+    # ----- lifting emergency limits early --------------------------------------------------------
+
+    async def lift_idle_limits(self, signals: Mapping[str, Signals],
+                               findings: Sequence[Finding] = ()) -> list[ActionRecord]:
+        """Lift the doctor's own emergency length limits that are no longer needed (doctor.remedy.lift),
+        unless one of this run's `findings` still proposes a length limit.
+
+        Only in auto mode for the playbook that set the limit, never under the kill switch or in a maintenance
+        window; like a rollback it returns the router to where it was, so it takes no budget or cooldown slot.
+        Returns the records that ended (lifted, or found gone or changed by someone else).
+        """
+        after_s = float(getattr(self.config, "length_limit_lift_after_s", 0.0) or 0.0)
+        ended: list[ActionRecord] = []
+        wanting = [f for f in findings if f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies)]
+        if after_s <= 0:
+            return ended
+        for rec in self.store.recent(self.store.keep):
+            tokens = limit_tokens(rec)
+            if tokens is None or self.config.mode_for(rec.playbook) != "auto":
+                continue
+            decision = judge(rec, signals, lift_after_s=after_s, queue_limits=self._queue_limits,
+                             cooldown_left_s=self.guard.cooldown_left("length_limit", "router"))
+            if decision.done:
+                self._end(rec, "expired", decision.reason, journal=False)
+                ended.append(rec)
+            elif decision.lift and not wanting and self.guard.halted() is None and \
+                    await self._lift(rec, tokens, decision.reason):
+                ended.append(rec)
+        return ended
+
+    async def _lift(self, rec: ActionRecord, tokens: int, why: str) -> bool:
+        action = Action("length_limit", "router", {"max_tokens": None, "if_tokens": tokens}, risk="low",
+                        description="lift the emergency length limit: no longer needed")
+        try:
+            with self.guard.acquire("router"):
+                self.audit.write("lifting", rec, why=why)
+                applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
+        except TargetBusy:
+            return False  # another doctor is changing the router: next run
+        except Refused as exc:  # changed by someone else in the meantime: theirs now
+            self._end(rec, "expired", str(exc), journal=False)
+            return True
+        except ActuatorError as exc:
+            self.audit.write("lift_failed", rec, error=str(exc))
+            return False
+        rec.steps = [*rec.steps, *applied.steps]
+        self._end(rec, "expired", f"lifted early: {why}", journal=False)
+        return True
+
+    def _queue_limits(self, engine: str) -> Mapping[str, float]:
+        from playbooks import registry
+
+        return {**registry.get("queue_pressure").defaults, **self.config.params_for("queue_pressure", engine)}
 
     # ----- bookkeeping ---------------------------------------------------------------------------
 

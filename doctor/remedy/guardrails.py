@@ -104,6 +104,13 @@ class Guardrails:
         """Engines the doctor is changing now (reports say `change in progress` instead of paging)."""
         return self._inflight_engines(self._load())
 
+    def cooldown_left(self, kind: str, target: str) -> float:
+        """Seconds until `kind` on `target` may be applied again (0: now)."""
+        last = self._load()["cooldowns"].get(f"{kind}@{target}")
+        if not isinstance(last, int | float):
+            return 0.0
+        return max(0.0, self.config.cooldown_s - (self.clock() - last))
+
     def budget_left(self) -> int:
         now = self.clock()
         used = sum(1 for t in self._load()["budget"] if t > now - HOUR_S)
@@ -182,9 +189,8 @@ class Guardrails:
             engines.update(str(e) for e in entry.get("engines", []))
         return engines
 
-    def _static(self, planned: Planned, free_gpus: int | None) -> tuple[str, str] | None:
-        if planned.is_escalation:
-            return None  # paging a person changes nothing: only the mode applies
+    def halted(self) -> tuple[str, str] | None:
+        """(guard, reason) while the kill switch is present or a maintenance window is open: nothing may change."""
         kill = self.config.kill_switch_path(self.state.path)
         if kill.exists():
             return "kill_switch", f"the kill switch {kill} is present: the doctor changes nothing until it is removed"
@@ -193,6 +199,14 @@ class Guardrails:
             window = next((w for w in self.config.maintenance if w.contains(now)), None)
             why = f" ({window.reason})" if window is not None and window.reason else ""
             return "maintenance", f"inside a maintenance window{why}: the doctor changes nothing"
+        return None
+
+    def _static(self, planned: Planned, free_gpus: int | None) -> tuple[str, str] | None:
+        if planned.is_escalation:
+            return None  # paging a person changes nothing: only the mode applies
+        halted = self.halted()
+        if halted is not None:
+            return halted
         known = [e.name for e in self.config.engines]
         for name in _named_engines(planned):
             if name not in known:

@@ -254,6 +254,10 @@ class RouterActuator:
                        steps, changed)
 
     def _set_length_limit(self, doc: dict[str, Any], p: Mapping[str, Any], now: float) -> None:
+        expected = p.get("if_tokens")
+        if "if_tokens" in p and doc.get("length_limit_tokens") != expected:
+            raise Refused(f"the router's length limit is now {doc.get('length_limit_tokens')}, not {expected}: "
+                          "changed by someone else since; left as it is")
         tokens = p.get("max_tokens")
         if tokens is None:
             doc["length_limit_tokens"] = None

@@ -50,6 +50,7 @@ def error(tmp_path: Path, text: str) -> ConfigError:
 def test_example_loads_with_the_seed_values() -> None:
     cfg = load_config(EXAMPLE)
     assert cfg.mode == "observe" and cfg.timeout_s == 30 and cfg.verify_s == 120 and cfg.cooldown_s == 900
+    assert cfg.length_limit_lift_after_s == 600
     assert (cfg.long_prompt_tokens, cfg.very_long_prompt_tokens) == (5120, 8192)
     assert cfg.hourly_action_budget == 6 and cfg.fleet_breaker_ratio == 0.5
     assert cfg.kill_switch_file == Path("/var/lib/serving-doctor/kill-switch")
@@ -106,6 +107,7 @@ def test_durations_as_text_and_numbers(tmp_path: Path) -> None:
         timeout_s = "5m"
         sample_s = 2.5
         cooldown_s = "1h30m"
+        length_limit_lift_after_s = "0"
 
         [[engines]]
         name = "hot"
@@ -113,6 +115,7 @@ def test_durations_as_text_and_numbers(tmp_path: Path) -> None:
         slo = { p99_ttft_s = "750ms", p99_e2e_s = 3 }
         """))
     assert (cfg.timeout_s, cfg.sample_s, cfg.cooldown_s) == (300.0, 2.5, 5400.0)
+    assert cfg.length_limit_lift_after_s == 0.0  # never lift early: keep the limit until it expires
     assert cfg.slo_for("hot") == {"p99_ttft_s": 0.75, "p99_e2e_s": 3.0}
     assert cfg.engines[0].url == "http://127.0.0.1:8001"
 

@@ -234,3 +234,18 @@ def test_helpers_drain_resume_add_swap(stack: tuple[EngineThread, EngineThread, 
 
     run(scenario())
     assert diff(before, policy(rt)) == {}
+
+
+def test_a_conditional_lift_leaves_a_limit_someone_else_changed(
+        stack: tuple[EngineThread, EngineThread, RouterThread], tmp_path: Path) -> None:
+    _, _, rt = stack
+    ctx = make_ctx(stack, tmp_path)
+    act = RouterActuator()
+    run(act.apply(Action("length_limit", "router", {"max_tokens": 3000, "expires_in_s": 600}), ctx))
+    lift = Action("length_limit", "router", {"max_tokens": None, "if_tokens": 2000})
+    before = policy(rt)
+    with pytest.raises(Refused, match="now 3000, not 2000"):
+        run(act.apply(lift, ctx))
+    assert policy(rt) == before
+    run(act.apply(Action("length_limit", "router", {"max_tokens": None, "if_tokens": 3000}), ctx))
+    assert policy(rt)["length_limit_tokens"] is None

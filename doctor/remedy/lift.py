@@ -1,0 +1,92 @@
+"""When an emergency length limit the doctor set is no longer needed, and may be lifted early.
+
+An emergency limit (413 for prompts over N tokens) always carries an expiry, an hour by default, so a
+3 a.m. limit cannot outlive its incident by more than that. Within the hour it is lifted early when all
+of these hold:
+
+- the doctor set it (its own verified `length_limit` action) and the router still has that very limit
+  (a limit a person set or changed since is never touched);
+- it has refused nothing for `length_limit_lift_after_s` (the router's `router_length_limit_idle_seconds`):
+  nobody is sending the prompts it sheds any more;
+- no engine shows queue pressure (`waiting` and P95 queue time under the `queue_pressure` thresholds);
+- the action's cooldown is over, so the doctor could put the limit back at once if the storm returns.
+
+`judge` decides from one reading; `doctor.remedy.executor.Remediator.lift_idle_limits` acts on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from collectors.types import Signals
+from doctor.remedy.model import ActionRecord
+
+QueueLimits = Callable[[str], Mapping[str, float]]  # engine name -> queue_pressure thresholds
+
+
+@dataclass(frozen=True)
+class LiftDecision:
+    """`lift`: take the limit off now; `done`: the record needs no more looking at (the limit is gone or no
+    longer the doctor's); neither: keep it and look again next run. `reason` says why, for the audit."""
+
+    lift: bool
+    done: bool
+    reason: str
+
+
+KEEP = LiftDecision(False, False, "")
+
+
+def limit_tokens(rec: ActionRecord) -> int | None:
+    """The limit a doctor's verified `length_limit` record put in force (None: not such a record)."""
+    if rec.kind != "length_limit" or rec.status != "verified":
+        return None
+    tokens = rec.action.get("params", {}).get("max_tokens")
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def _router_value(signals: Mapping[str, Signals], name: str) -> float | None:
+    """A router-wide signal (every engine's reading carries the same value)."""
+    return next((v for s in signals.values() if (v := s.get(name)) is not None), None)
+
+
+def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: float, queue_limits: QueueLimits,
+          cooldown_left_s: float) -> LiftDecision:
+    """Should the limit `rec` set be lifted now (see the module docstring)?"""
+    tokens = limit_tokens(rec)
+    if tokens is None or lift_after_s <= 0:
+        return KEEP
+    in_force = _router_value(signals, "length_limit_tokens")
+    if in_force is None:
+        return LiftDecision(False, False, "the router's length limit is not readable")
+    if in_force <= 0:
+        return LiftDecision(False, True, "no longer in force at the router (expired, or lifted by a person)")
+    if int(in_force) != tokens:
+        return LiftDecision(False, True, f"the router's limit is now {int(in_force)} tokens, set by someone else: "
+                                         "no longer the doctor's to lift")
+    idle = _router_value(signals, "length_limit_idle_s")
+    if idle is None or idle < lift_after_s:
+        return LiftDecision(False, False, f"refused a request {idle:.0f} s ago" if idle is not None else
+                            "how long it has refused nothing is not readable")
+    if cooldown_left_s > 0:
+        return LiftDecision(False, False, f"its cooldown has {cooldown_left_s:.0f} s left: it could not be put back")
+    queued = _queued(signals, rec.engine, queue_limits)
+    if queued:
+        return LiftDecision(False, False, queued)
+    return LiftDecision(True, False, f"refused nothing for {idle:.0f} s (>= {lift_after_s:g} s) and no engine "
+                                     "has a queue")
+
+
+def _queued(signals: Mapping[str, Signals], protected: str, queue_limits: QueueLimits) -> str:
+    """Why some engine's queue forbids lifting ('' when none does); the protected engine must be readable."""
+    if signals.get(protected) is None or signals[protected].get("waiting") is None:
+        return f"{protected}'s queue is not readable"
+    for name, s in sorted(signals.items()):
+        limits = queue_limits(name)
+        waiting, p95 = s.get("waiting"), s.get("p95_queue_s")
+        if waiting is not None and waiting > limits["waiting"]:
+            return f"{name} has {waiting:g} requests waiting (> {limits['waiting']:g})"
+        if p95 is not None and p95 >= limits["p95_queue_s"]:
+            return f"{name}'s P95 queue time is {p95:.2g} s (>= {limits['p95_queue_s']:g} s)"
+    return ""

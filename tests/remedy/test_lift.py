@@ -1,0 +1,194 @@
+"""Lifting the doctor's own emergency length limit early: the decision from one reading, then end to end
+against a real router (its clock moved by hand) and a real sim engine, through `doctor diagnose --fix`."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collectors.types import Signals
+from doctor.config import load_config
+from doctor.diagnose import main
+from doctor.remedy.executor import Remediator
+from doctor.remedy.lift import judge
+from doctor.remedy.model import ActionRecord
+from doctor.remedy.setup import remediator
+from playbooks.model import Action, Finding
+from router.config import RouterConfig
+from router.server import router_thread
+from sim.testing import engine_thread
+
+TOKEN = "lift-test-token"
+QUEUE = {"waiting": 5.0, "p95_queue_s": 1.0}
+
+
+def _record(status: str = "verified", tokens: object = 8192) -> ActionRecord:
+    return ActionRecord(action={"action": "length_limit", "target": "router",
+                                "params": {"max_tokens": tokens, "expires_in_s": 3600}},
+                        engine="cold", playbook="p99_spike", finding_id="f1", status=status)  # type: ignore[arg-type]
+
+
+def _signals(limit: float | None = 8192.0, idle: float | None = 900.0, **engines: Mapping[str, float]) -> dict:
+    engines = engines or {"hot": {"waiting": 0.0, "p95_queue_s": 0.1}, "cold": {"waiting": 0.0}}
+    return {name: Signals(name, 5.0, "ok", 200, {"length_limit_tokens": limit, "length_limit_idle_s": idle, **vals})
+            for name, vals in engines.items()}
+
+
+def _judge(rec: ActionRecord, signals: dict, *, cooldown_left_s: float = 0.0):  # type: ignore[no-untyped-def]
+    return judge(rec, signals, lift_after_s=600.0, queue_limits=lambda _: QUEUE, cooldown_left_s=cooldown_left_s)
+
+
+def test_lifts_only_an_idle_doctor_limit_with_no_queue_anywhere() -> None:
+    d = _judge(_record(), _signals())
+    assert d.lift and not d.done and "900 s" in d.reason
+    # Not the doctor's verified limit (still being verified, or a lift record): nothing to do.
+    assert not _judge(_record("applied"), _signals()).lift
+    assert not _judge(_record(tokens=None), _signals()).lift
+    # Refused a request 120 s ago: the long prompts still come.
+    d = _judge(_record(), _signals(idle=120.0))
+    assert not d.lift and not d.done and "120 s ago" in d.reason
+    # Could not be put back at once.
+    assert "cooldown" in _judge(_record(), _signals(), cooldown_left_s=30.0).reason
+    # Any engine with a queue keeps it; so does an unreadable protected engine.
+    d = _judge(_record(), _signals(hot={"waiting": 9.0}, cold={"waiting": 0.0}))
+    assert not d.lift and "hot has 9 requests waiting" in d.reason
+    d = _judge(_record(), _signals(hot={"waiting": 0.0}, cold={"waiting": 0.0, "p95_queue_s": 2.5}))
+    assert not d.lift and "P95 queue time" in d.reason
+    d = _judge(_record(), _signals(hot={"waiting": 0.0}))
+    assert not d.lift and not d.done and "cold's queue is not readable" in d.reason
+    # The router unreadable: keep and look again.
+    d = _judge(_record(), _signals(limit=None, idle=None))
+    assert not d.lift and not d.done
+
+
+def test_a_limit_gone_or_changed_at_the_router_is_no_longer_the_doctors() -> None:
+    d = _judge(_record(), _signals(limit=0.0, idle=None))
+    assert d.done and not d.lift and "no longer in force" in d.reason
+    d = _judge(_record(), _signals(limit=4096.0))
+    assert d.done and not d.lift and "4096" in d.reason and "someone else" in d.reason
+
+
+# ---- end to end ------------------------------------------------------------------------------------------
+
+
+class RouterClock:
+    """The router's wall clock, moved by hand (starts now, so the doctor's expiries are in its future)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class World:
+    router_url: str
+    clock: RouterClock
+    config: Path
+    state: Path
+
+    def policy(self) -> dict:
+        return httpx.get(self.router_url + "/router/policy", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+
+    def put(self, **fields: object) -> None:
+        doc = self.policy()
+        for key in ("status", "updated_at"):
+            doc.pop(key)
+        doc.update(fields)
+        r = httpx.put(self.router_url + "/router/policy", json=doc, headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 200, r.text
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    monkeypatch.setenv("ROUTER_POLICY_TOKEN", TOKEN)
+    clock = RouterClock()
+    with engine_thread(["m", "--enforce-eager", "--time-scale", "0.1", "--max-model-len", "16384"]) as hot:
+        cfg = RouterConfig(hot=[hot.url], cold=[], policy_file="", port=0, route_threshold_tokens=16384)
+        with router_thread(cfg, token=TOKEN, clock=clock) as rt:
+            config = tmp_path / "doctor.toml"
+            config.write_text(
+                f'[doctor]\nstate_dir = "{tmp_path / "state"}"\nmode = "auto"\nsample_s = "0.2s"\n'
+                'cooldown_s = 0\nlength_limit_lift_after_s = "10m"\n\n'
+                f'[router]\nurl = "{rt.url}"\n\n'
+                f'[[engines]]\nname = "hot"\nurl = "{hot.url}"\nmax_model_len = 16384\n')
+            yield World(rt.url, clock, config, tmp_path / "state")
+
+
+def _doctor_sets_the_limit(w: World) -> Remediator:
+    """The doctor's own limit, applied and verified (the engine's queue went down)."""
+    rem = remediator(load_config(w.config), w.state, environ={"ROUTER_POLICY_TOKEN": TOKEN})
+    finding = Finding("p99_spike", "hot", "critical", 0.9, "P99 TTFT 40 s", (),
+                      (Action("length_limit", "router", {"max_tokens": 8192, "expires_in_s": 3600},
+                              inverse={"max_tokens": None}),), "", time.time() - 300)
+    [rec] = asyncio.run(rem.fix([finding], {"hot": Signals("hot", 5.0, "ok", 200, {"waiting": 30.0})}))
+
+    async def reread() -> dict[str, Signals]:
+        return {"hot": Signals("hot", 5.0, "ok", 200, {"waiting": 0.0})}
+
+    asyncio.run(rem.verify([rec], reread, wait_s=0))
+    assert rec.status == "verified", rec
+    assert w.policy()["length_limit_tokens"] == 8192
+    return rem
+
+
+def _diagnose(w: World) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    main(["--config", str(w.config), "--format", "json", "--fix", "--verify-wait", "0"], out=out, err=err)
+    assert out.getvalue(), err.getvalue()
+    return dict(json.loads(out.getvalue()))
+
+
+def test_diagnose_fix_lifts_the_doctors_limit_once_it_has_refused_nothing_for_long(world: World) -> None:
+    _doctor_sets_the_limit(world)
+    world.clock.now += 300
+    report = _diagnose(world)
+    assert world.policy()["length_limit_tokens"] == 8192 and report["actions"] == []  # idle 300 s < 10 min
+    world.clock.now += 400
+    # A long document arrives and is refused: the storm is not over, idle starts again.
+    refused = httpx.post(world.router_url + "/v1/completions", json={"prompt": "tok " * 9000, "max_tokens": 2},
+                         timeout=30)
+    assert refused.status_code == 413
+    world.clock.now += 300
+    _diagnose(world)
+    assert world.policy()["length_limit_tokens"] == 8192
+    world.clock.now += 301
+    report = _diagnose(world)
+    [lifted] = report["actions"]
+    assert lifted["action"] == "length_limit" and lifted["status"] == "expired", lifted
+    assert lifted["reason"].startswith("lifted early: refused nothing for 601 s")
+    policy = world.policy()
+    assert policy["length_limit_tokens"] is None and policy["length_limit_expires_at"] is None
+    events = [json.loads(line) for line in (world.state / "audit.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events][-2:] == ["lifting", "expired"]
+    assert TOKEN not in (world.state / "audit.jsonl").read_text()
+    assert _diagnose(world)["actions"] == []  # ended: not looked at again
+
+
+def test_a_limit_a_person_changed_is_left_alone(world: World) -> None:
+    _doctor_sets_the_limit(world)
+    world.put(length_limit_tokens=4096)
+    world.clock.now += 700
+    [ended] = _diagnose(world)["actions"]
+    assert ended["status"] == "expired" and "someone else" in ended["reason"]
+    assert world.policy()["length_limit_tokens"] == 4096
+
+
+def test_observe_mode_and_the_kill_switch_never_lift(world: World) -> None:
+    _doctor_sets_the_limit(world)
+    world.clock.now += 700
+    (world.state / "kill-switch").write_text("")
+    assert _diagnose(world)["actions"] == [] and world.policy()["length_limit_tokens"] == 8192
+    (world.state / "kill-switch").unlink()
+    world.config.write_text(world.config.read_text().replace('mode = "auto"', 'mode = "observe"'))
+    _diagnose(world)
+    assert world.policy()["length_limit_tokens"] == 8192
