@@ -56,6 +56,8 @@ ROWS: tuple[tuple[str, str, str, bool], ...] = (  # label, metric path, unit, lo
     ("peak QPS served (10 s)", "peak_qps_served", "QPS", False),
     ("peak QPS within SLO (10 s)", "peak_goodput_qps", "QPS", False),
     ("capacity within SLO (probe)", "capacity_qps", "QPS", False),
+    ("capacity within SLO, short", "capacity_qps_short", "QPS", False),
+    ("capacity within SLO, long", "capacity_qps_long", "QPS", False),
     ("peak QPS offered (10 s)", "peak_qps_offered", "QPS", False),
     ("time to detect", "time_to_detect_s", "s", True),
     ("time to fix", "time_to_fix_s", "s", True),

@@ -83,17 +83,20 @@ def measure(run: RunResult, *, onset_s: float | None = None) -> dict[str, Any]:
         "peak_qps_served": _peak(t_fin, onset, run.end_s), "peak_qps_offered": _peak(t_arr, onset, run.end_s),
         "peak_goodput_qps": _peak(t_good, onset, run.end_s),
         "capacity_qps": _capacity(run),
+        "capacity_qps_short": _capacity(run, "short"),
+        "capacity_qps_long": _capacity(run, "long"),
         "time_to_detect_s": None if detect is None else detect - onset,
         "time_to_fix_s": (min(fixed) - onset) if fixed else None,
         "time_to_recover_s": recover,
     }
 
 
-def _capacity(run: RunResult) -> float | None:
-    """The capacity probe's peak QPS within SLO; None when the run had no probe."""
+def _capacity(run: RunResult, cls: str | None = None) -> float | None:
+    """The capacity probe's peak QPS within SLO (of one request class, or all); None when the run had no probe."""
     if not run.probe:
         return None
-    times = sorted(o.record.finished for o in run.probe if o.good and o.record is not None and o.record.finished)
+    times = sorted(o.record.finished for o in run.probe if o.good and o.record is not None and o.record.finished
+                   and (cls is None or o.cls == cls))
     return _peak(times, -math.inf, math.inf)
 
 
