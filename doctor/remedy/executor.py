@@ -221,24 +221,22 @@ class Remediator:
 
         Only in auto mode for the playbook that set the limit, never under the kill switch or in a maintenance
         window; like a rollback it returns the router to where it was, so it takes no budget or cooldown slot.
-        Returns the records that ended (lifted, or found gone or changed by someone else).
+        Returns the records that ended (lifted, expired, or found gone or changed by someone else).
         """
         after_s = float(getattr(self.config, "length_limit_lift_after_s", 0.0) or 0.0)
-        ended: list[ActionRecord] = []
         wanting = [f for f in findings if f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies)]
-        if after_s <= 0:
-            return ended
+        ended: list[ActionRecord] = []
         for rec in self.store.recent(self.store.keep):
             tokens = limit_tokens(rec)
-            if tokens is None or self.config.mode_for(rec.playbook) != "auto":
+            if tokens is None:
                 continue
             decision = judge(rec, signals, lift_after_s=after_s, queue_limits=self._queue_limits,
-                             cooldown_left_s=self.guard.cooldown_left("length_limit", "router"))
-            if decision.done:
+                             cooldown_left_s=self.guard.cooldown_left("length_limit", "router"), now=self.clock())
+            if decision.done:  # bookkeeping only, in any mode: the limit is already gone or not the doctor's
                 self._end(rec, "expired", decision.reason, journal=False)
                 ended.append(rec)
-            elif decision.lift and not wanting and self.guard.halted() is None and \
-                    await self._lift(rec, tokens, decision.reason):
+            elif decision.lift and not wanting and self.config.mode_for(rec.playbook) == "auto" and \
+                    self.guard.halted() is None and await self._lift(rec, tokens, decision.reason):
                 ended.append(rec)
         return ended
 

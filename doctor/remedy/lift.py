@@ -11,7 +11,9 @@ of these hold:
 - no engine shows queue pressure (`waiting` and P95 queue time under the `queue_pressure` thresholds);
 - the action's cooldown is over, so the doctor could put the limit back at once if the storm returns.
 
-`judge` decides from one reading; `doctor.remedy.executor.Remediator.lift_idle_limits` acts on it.
+A record whose limit has expired, or is no longer at the router as the doctor set it, is ended (`expired`)
+whatever the mode: that only keeps `doctor actions` true. `judge` decides from one reading;
+`doctor.remedy.executor.Remediator.lift_idle_limits` acts on it.
 """
 
 from __future__ import annotations
@@ -52,10 +54,15 @@ def _router_value(signals: Mapping[str, Signals], name: str) -> float | None:
 
 
 def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: float, queue_limits: QueueLimits,
-          cooldown_left_s: float) -> LiftDecision:
+          cooldown_left_s: float, now: float) -> LiftDecision:
     """Should the limit `rec` set be lifted now (see the module docstring)?"""
     tokens = limit_tokens(rec)
-    if tokens is None or lift_after_s <= 0:
+    if tokens is None:
+        return KEEP
+    expires_in = rec.action.get("params", {}).get("expires_in_s")
+    if isinstance(expires_in, int | float) and now >= rec.created_at + float(expires_in):
+        return LiftDecision(False, True, f"expired {float(expires_in):.0f} s after it was set")
+    if lift_after_s <= 0:
         return KEEP
     in_force = _router_value(signals, "length_limit_tokens")
     if in_force is None:

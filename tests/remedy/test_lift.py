@@ -18,7 +18,7 @@ from collectors.types import Signals
 from doctor.config import load_config
 from doctor.diagnose import main
 from doctor.remedy.executor import Remediator
-from doctor.remedy.lift import judge
+from doctor.remedy.lift import KEEP, judge
 from doctor.remedy.model import ActionRecord
 from doctor.remedy.setup import remediator
 from playbooks.model import Action, Finding
@@ -43,7 +43,8 @@ def _signals(limit: float | None = 8192.0, idle: float | None = 900.0, **engines
 
 
 def _judge(rec: ActionRecord, signals: dict, *, cooldown_left_s: float = 0.0):  # type: ignore[no-untyped-def]
-    return judge(rec, signals, lift_after_s=600.0, queue_limits=lambda _: QUEUE, cooldown_left_s=cooldown_left_s)
+    return judge(rec, signals, lift_after_s=600.0, queue_limits=lambda _: QUEUE, cooldown_left_s=cooldown_left_s,
+                 now=rec.created_at + 1200.0)
 
 
 def test_lifts_only_an_idle_doctor_limit_with_no_queue_anywhere() -> None:
@@ -67,6 +68,16 @@ def test_lifts_only_an_idle_doctor_limit_with_no_queue_anywhere() -> None:
     # The router unreadable: keep and look again.
     d = _judge(_record(), _signals(limit=None, idle=None))
     assert not d.lift and not d.done
+
+
+def test_a_limit_past_its_expiry_is_done_whatever_the_router_says() -> None:
+    rec = _record()
+    d = judge(rec, _signals(), lift_after_s=0.0, queue_limits=lambda _: QUEUE, cooldown_left_s=0.0,
+              now=rec.created_at + 3600.0)
+    assert d.done and not d.lift and "expired 3600 s after it was set" in d.reason
+    d = judge(rec, _signals(), lift_after_s=0.0, queue_limits=lambda _: QUEUE, cooldown_left_s=0.0,
+              now=rec.created_at + 3000.0)
+    assert d == KEEP  # lifting early is off: kept until it expires
 
 
 def test_a_limit_gone_or_changed_at_the_router_is_no_longer_the_doctors() -> None:
