@@ -16,22 +16,13 @@ inverse.
 `measure` turns the requests' client-side view into the comparison's numbers.
 
 The package, one concern a module, layered so that imports only point down:
-harness (the client's view of a request) <- vrouter (the virtual router) <- actor (the doctor's actuators),
+harness (the client's view of a request) <- vrouter (the virtual router) <- router_ops, engine_ops (the actuators)
+<- actor (the doctor's cycle: plan, guard, verify, roll back; attempt is its record of one action),
 harness <- result (what a run leaves) <- measure (the numbers) <- runner (one run, a pair of runs).
 """
 
-from doctor.efficacy.actor import (
-    BATCH_TIMEOUT_BOUNDS_MS,
-    BUDGET_PER_HOUR,
-    COOLDOWN_S,
-    DRAIN_TIMEOUT_S,
-    ROUTER_KINDS,
-    SETTLE_S,
-    VERIFY_QUEUE,
-    VERIFY_S,
-    EngineHook,
-    HarnessDoctor,
-)
+from doctor.efficacy.actor import BUDGET_PER_HOUR, COOLDOWN_S, VERIFY_QUEUE, VERIFY_S, HarnessDoctor
+from doctor.efficacy.engine_ops import DRAIN_TIMEOUT_S, SETTLE_S, EngineHook
 from doctor.efficacy.harness import (
     LONG_CLASS_TOKENS,
     LONG_TTFT_SLO_S,
@@ -43,6 +34,7 @@ from doctor.efficacy.harness import (
 )
 from doctor.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
 from doctor.efficacy.result import Evaluation, RunResult
+from doctor.efficacy.router_ops import BATCH_TIMEOUT_BOUNDS_MS, ROUTER_KINDS
 from doctor.efficacy.runner import (
     DRAIN_LIMIT_S,
     PROBE_FROM,
