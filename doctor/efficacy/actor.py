@@ -6,22 +6,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from collectors.types import Signals
+from doctor.config import DoctorConfig
 from doctor.efficacy.attempt import Attempt
 from doctor.efficacy.engine_ops import EngineHook, EngineOps
 from doctor.efficacy.harness import EfficacyHarness
 from doctor.efficacy.router_ops import ROUTER_KINDS, apply_router_action
 from doctor.efficacy.vrouter import VirtualRouter
+from doctor.remedy.lift import judge, limit_tokens
 from doctor.remedy.model import ActionRecord, Refused, VerifySpec
 from doctor.remedy.planner import verify_spec
+from playbooks import registry
 from playbooks.model import Action, Finding
 
 COOLDOWN_S = 600.0  # per action kind + target
 VERIFY_S = 120.0  # after an action is in effect, what it should improve must have improved
 BUDGET_PER_HOUR = 6
 VERIFY_QUEUE = ("length_limit", "scale_out", "set_max_in_flight", "stop_routing")
+LIFT_AFTER_S = DoctorConfig().length_limit_lift_after_s  # the doctor's default
 
 
 class HarnessDoctor(EngineOps):
@@ -42,6 +47,7 @@ class HarnessDoctor(EngineOps):
 
     def cycle(self, now: float, findings: Sequence[Finding], signals: dict[str, Signals]) -> None:
         self._verify(now, findings, signals)
+        self._lift(now, findings, signals)
         used: set[str] = set()
         for f in findings:  # already most severe first, then playbook precedence
             if f.severity == "info" or not f.remedies or f.remedies[0].kind == "escalate":
@@ -99,6 +105,25 @@ class HarnessDoctor(EngineOps):
                 continue
             rec.status, rec.reason = "rolled_back", f"{v.signal} did not improve within {v.within_s:g}s"
             self._start(act.inverse, None, now, signals, trigger=f"rollback:{rec.id}")
+
+    def _lift(self, now: float, findings: Sequence[Finding], signals: dict[str, Signals]) -> None:
+        """Lift this doctor's own emergency length limits early, as doctor.remedy.lift decides for the real one."""
+        wanted = any(f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies) for f in findings)
+        router = self.router.length_limit_signals()
+        seen = {n: replace(s, values={**s.values, **router}) for n, s in signals.items()}
+        queue = registry.get("queue_pressure").defaults
+        for act in self.log:
+            rec = act.record
+            if limit_tokens(rec) is None or act.finding is None:
+                continue
+            last = self._last.get(("length_limit", "router", act.finding.engine), -math.inf)
+            d = judge(rec, seen, lift_after_s=LIFT_AFTER_S, queue_limits=lambda _: queue,
+                      cooldown_left_s=max(0.0, self.cooldown_s - (now - last)), now=now)
+            if d.done or (d.lift and not wanted):
+                if d.lift:
+                    apply_router_action(self.router, self.h, Action("length_limit", "router", {"max_tokens": None}))
+                rec.status, rec.reason = "expired", ("lifted early: " if d.lift else "") + d.reason
+                rec.updated_at = now
 
     # ----- actuators ---------------------------------------------------------------------------
 

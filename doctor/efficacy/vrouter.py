@@ -35,16 +35,28 @@ class VirtualRouter:
         self.changes: list[tuple[float, str]] = []  # (virtual time, policy diff line)
         self._due: dict[str, float | None] = {r: None for r in ROLES}
         self._seq = 0
+        self.length_limit_since = h.now  # router_length_limit_idle_seconds, as router/app.py keeps it
+        self.length_limit_last_rejection: float | None = None
         h.schedule(h.now + HEALTH_EVERY_S, self._health)
 
     # ----- policy and upstreams ------------------------------------------------------------------
 
     def set_policy(self, new: Policy) -> list[str]:
         changes = diff(self.policy, new)
+        if _limit_rule(new) != _limit_rule(self.policy):
+            self.length_limit_since, self.length_limit_last_rejection = self.h.now, None
         self.policy = new
         self.changes += [(self.h.now, c) for c in changes]
         self.pump_all()
         return changes
+
+    def length_limit_signals(self) -> dict[str, float | None]:
+        """The router signals doctor reads from router_length_limit_tokens and router_length_limit_idle_seconds."""
+        now, pol = self.h.now, self.policy
+        if not pol.length_limit_active(now) or pol.length_limit_tokens is None:
+            return {"length_limit_tokens": 0.0, "length_limit_idle_s": None}
+        since = max(self.length_limit_since, self.length_limit_last_rejection or self.length_limit_since)
+        return {"length_limit_tokens": float(pol.length_limit_tokens), "length_limit_idle_s": now - since}
 
     def upstream(self, name: str) -> tuple[str, UpstreamSpec] | None:
         for role, u in self.policy.all_upstreams():
@@ -86,6 +98,7 @@ class VirtualRouter:
         pol, now, tokens = self.policy, self.h.now, out.spec.prompt_tokens
         if pol.length_limit_tokens is not None and tokens > pol.length_limit_tokens and pol.length_limit_active(now):
             out.rejected = 413
+            self.length_limit_last_rejection = now
             return
         routed = "hot" if tokens < pol.route_threshold_tokens else "cold"
         role = routed if self._eligible(routed) else ("cold" if routed == "hot" else "hot")
@@ -199,3 +212,7 @@ def without(policy: Policy, name: str) -> Policy:
     """`policy` with the upstream `name` removed."""
     ups = policy.upstreams.items()
     return replace(policy, upstreams={r: tuple(u for u in specs if u.name != name) for r, specs in ups})
+
+
+def _limit_rule(pol: Policy) -> tuple[int | None, str | None, str | None]:
+    return (pol.length_limit_tokens, pol.length_limit_client, pol.length_limit_model)

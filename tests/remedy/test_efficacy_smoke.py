@@ -126,3 +126,20 @@ def test_relaunch_is_blue_green_on_a_spare_gpu_and_drops_nothing() -> None:
     served_by = {o.upstream for o in run.outcomes if o.result == "ok"}
     assert {"hot", "hot-b2"} <= served_by  # both served: the old one until the swap, the new one after
     assert all(o.result != "failed" for o in run.outcomes)  # nothing dropped by the swap
+
+
+def test_a_storm_that_ends_has_its_limit_lifted_as_the_real_doctor_would() -> None:
+    sc = get_scenario("long_prompt_storm")
+    storm = sc.phases[0]
+    short = replace(sc, phases=(replace(storm, workload=replace(storm.workload, duration_s=150.0)),))
+    run = eff.run(short, seed=0, mode="auto", duration_s=1800.0)
+    limits = [a for a in run.actions if a["action"] == "length_limit"]
+    assert limits and limits[0]["params"]["max_tokens"] == 8192, run.actions
+    lifted = [a for a in limits if a["status"] == "expired"]
+    assert lifted and lifted[0]["reason"].startswith("lifted early: refused nothing for"), limits
+    changes = [c for _, c in run.policy_changes if "length_limit_tokens" in c]
+    assert len(changes) >= 2 and changes[-1].rstrip().endswith("None"), changes
+    # Long documents after the lift are served again, not refused.
+    lift_at = max(t for t, c in run.policy_changes if "length_limit_tokens" in c)
+    later = [o for o in run.outcomes if o.sent - run.t0 > lift_at and o.cls == "long"]
+    assert all(o.result != "rejected" for o in later)
