@@ -245,6 +245,8 @@ class Remediator:
                         description="lift the emergency length limit: no longer needed")
         try:
             with self.guard.acquire("router"):
+                if self.store.get(rec.id).status != "verified":
+                    return False  # another doctor process ended it while this one was reading
                 self.audit.write("lifting", rec, why=why)
                 applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
         except TargetBusy:

@@ -203,3 +203,18 @@ def test_observe_mode_and_the_kill_switch_never_lift(world: World) -> None:
     world.config.write_text(world.config.read_text().replace('mode = "auto"', 'mode = "observe"'))
     _diagnose(world)
     assert world.policy()["length_limit_tokens"] == 8192
+
+
+def test_a_limit_another_doctor_already_lifted_is_left_as_that_doctor_recorded_it(world: World) -> None:
+    rem = _doctor_sets_the_limit(world)
+    world.clock.now += 700
+    other = remediator(load_config(world.config), world.state, environ={"ROUTER_POLICY_TOKEN": TOKEN})
+    stale = other.store.recent(5)  # read before the first doctor acts
+    signals = {"hot": Signals("hot", 5.0, "ok", 200, {"waiting": 0.0, "length_limit_tokens": 8192.0,
+                                                       "length_limit_idle_s": 700.0})}
+    [first] = asyncio.run(rem.lift_idle_limits(signals))
+    assert first.reason.startswith("lifted early") and world.policy()["length_limit_tokens"] is None
+    [rec] = [r for r in stale if r.kind == "length_limit"]
+    assert rec.status == "verified"
+    assert asyncio.run(other._lift(rec, 8192, "again")) is False
+    assert other.store.get(rec.id).reason.startswith("lifted early")
