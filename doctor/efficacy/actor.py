@@ -16,7 +16,7 @@ from doctor.efficacy.engine_ops import EngineHook, EngineOps
 from doctor.efficacy.harness import EfficacyHarness
 from doctor.efficacy.router_ops import ROUTER_KINDS, apply_router_action
 from doctor.efficacy.vrouter import VirtualRouter
-from doctor.remedy.lift import judge, limit_tokens
+from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, Refused, VerifySpec
 from doctor.remedy.planner import verify_spec
 from playbooks import registry
@@ -60,7 +60,9 @@ class HarnessDoctor(EngineOps):
             used.add(a.target)
             self._last[key] = now
             spent = sum(now - x.decided < 3600 and x.record.status != "refused" for x in self.log) >= BUDGET_PER_HOUR
-            self._start(a, f, now, signals, refuse="hourly action budget spent" if spent else None)
+            router = {"router": Signals("router", 0.0, values=self.router.length_limit_signals())}
+            in_force = already_in_force(a, router)
+            self._start(a, f, now, signals, refuse="hourly action budget spent" if spent else in_force or None)
 
     def _start(self, a: Action, f: Finding | None, now: float, signals: dict[str, Signals],
                trigger: str = "auto", refuse: str | None = None) -> Attempt:

@@ -21,7 +21,7 @@ from doctor.remedy.audit import AuditLog
 from doctor.remedy.escalate import Escalation, EscalationError, escalate
 from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
-from doctor.remedy.lift import judge, limit_tokens
+from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
 from doctor.remedy.planner import Planned, plan_all
 from doctor.remedy.queue import ActionStore
@@ -79,6 +79,10 @@ class Remediator:
             records.append(rec)
             if not decision.allowed:
                 self._end(rec, "refused", decision.reason or "refused by the guardrails", journal=False)
+                continue
+            in_force = already_in_force(p.action, signals)
+            if in_force:
+                self._end(rec, "refused", in_force, journal=False)
                 continue
             if p.is_escalation:
                 if decision.mode == "dry-run":
@@ -226,9 +230,14 @@ class Remediator:
         after_s = float(getattr(self.config, "length_limit_lift_after_s", 0.0) or 0.0)
         wanting = [f for f in findings if f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies)]
         ended: list[ActionRecord] = []
+        lifted: dict[int, ActionRecord] = {}  # tokens -> the record whose limit this call lifted
         for rec in self.store.recent(self.store.keep):
             tokens = limit_tokens(rec)
             if tokens is None:
+                continue
+            if tokens in lifted:  # an older record of the same limit (re-applied after its cooldown)
+                self._end(rec, "expired", f"lifted early with {lifted[tokens].id}", journal=False)
+                ended.append(rec)
                 continue
             decision = judge(rec, signals, lift_after_s=after_s, queue_limits=self._queue_limits,
                              cooldown_left_s=self.guard.cooldown_left("length_limit", "router"), now=self.clock())
@@ -238,6 +247,7 @@ class Remediator:
             elif decision.lift and not wanting and self.config.mode_for(rec.playbook) == "auto" and \
                     self.guard.halted() is None and await self._lift(rec, tokens, decision.reason):
                 ended.append(rec)
+                lifted[tokens] = rec
         return ended
 
     async def _lift(self, rec: ActionRecord, tokens: int, why: str) -> bool:

@@ -13,7 +13,8 @@ of these hold:
 
 A record whose limit has expired, or is no longer at the router as the doctor set it, is ended (`expired`)
 whatever the mode: that only keeps `doctor actions` true. `judge` decides from one reading;
-`doctor.remedy.executor.Remediator.lift_idle_limits` acts on it.
+`doctor.remedy.executor.Remediator.lift_idle_limits` acts on it. `already_in_force` keeps the doctor from applying a
+limit the router already has (which would only push its expiry out).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 from collectors.types import Signals
 from doctor.remedy.model import ActionRecord
+from playbooks.model import Action
 
 QueueLimits = Callable[[str], Mapping[str, float]]  # engine name -> queue_pressure thresholds
 
@@ -83,6 +85,20 @@ def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: fl
         return LiftDecision(False, False, queued)
     return LiftDecision(True, False, f"refused nothing for {idle:.0f} s (>= {lift_after_s:g} s) and no engine "
                                      "has a queue")
+
+
+def already_in_force(action: Action, signals: Mapping[str, Signals]) -> str:
+    """Why `action` would change nothing ('' when it would): a length limit the router already has in force.
+    Re-applying it would only push its expiry out, so the limit could outlive the incident."""
+    p = action.params
+    tokens = p.get("max_tokens")
+    if action.kind != "length_limit" or not isinstance(tokens, int) or p.get("restore") or "client" in p \
+            or "model" in p:
+        return ""
+    if _router_value(signals, "length_limit_tokens") != float(tokens):
+        return ""
+    return (f"the router already refuses prompts over {tokens} tokens (an emergency limit in force): nothing to "
+            "change, and its expiry stays")
 
 
 def _queued(signals: Mapping[str, Signals], protected: str, queue_limits: QueueLimits) -> str:

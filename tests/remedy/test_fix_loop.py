@@ -72,9 +72,9 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
                 sender.join(10)
 
 
-def _config(w: World, mode: str) -> None:
+def _config(w: World, mode: str, cooldown: str = "15m") -> None:
     w.config.write_text(
-        f'[doctor]\nstate_dir = "{w.state}"\nmode = "{mode}"\nsample_s = "0.3s"\n\n'
+        f'[doctor]\nstate_dir = "{w.state}"\nmode = "{mode}"\nsample_s = "0.3s"\ncooldown_s = "{cooldown}"\n\n'
         f'[router]\nurl = "{w.router_url}"\n\n'
         f'[[engines]]\nname = "hot"\nurl = "{w.engine_url}"\nmax_model_len = 16384\n'
         '[engines.slo]\np99_ttft_s = 0.0001\n')
@@ -118,6 +118,18 @@ def test_auto_applies_within_bounds_and_audits_without_secrets(world: World) -> 
     # The same action is in its cooldown on the next run: refused with the reason, nothing changes.
     _, again = _diagnose(world, "--fix", "--verify-wait", "0")
     assert any(a["status"] == "refused" and "cooldown" in (a["reason"] or "") for a in again["actions"]), again
+
+
+def test_a_limit_already_in_force_is_not_applied_again(world: World) -> None:
+    _config(world, "auto", cooldown="0")
+    _diagnose(world, "--fix", "--verify-wait", "0")
+    policy = world.policy()
+    assert policy["length_limit_tokens"] == 8192
+    # No cooldown holds it back now, and the spike still stands: re-applying would only push the expiry out.
+    _, again = _diagnose(world, "--fix", "--verify-wait", "0")
+    [action] = [a for a in again["actions"] if a["action"] == "length_limit"]
+    assert action["status"] == "refused" and "already refuses prompts over 8192" in action["reason"], action
+    assert world.policy()["version"] == policy["version"]
 
 
 def test_failed_verification_rolls_back_and_escalates(world: World) -> None:

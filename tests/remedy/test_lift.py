@@ -18,7 +18,7 @@ from collectors.types import Signals
 from doctor.config import load_config
 from doctor.diagnose import main
 from doctor.remedy.executor import Remediator
-from doctor.remedy.lift import KEEP, judge
+from doctor.remedy.lift import KEEP, already_in_force, judge
 from doctor.remedy.model import ActionRecord
 from doctor.remedy.setup import remediator
 from playbooks.model import Action, Finding
@@ -85,6 +85,17 @@ def test_a_limit_gone_or_changed_at_the_router_is_no_longer_the_doctors() -> Non
     assert d.done and not d.lift and "no longer in force" in d.reason
     d = _judge(_record(), _signals(limit=4096.0))
     assert d.done and not d.lift and "4096" in d.reason and "someone else" in d.reason
+
+
+def test_a_limit_the_router_already_has_is_not_applied_again() -> None:
+    limit = Action("length_limit", "router", {"max_tokens": 8192, "expires_in_s": 3600})
+    assert "already refuses prompts over 8192" in already_in_force(limit, _signals(limit=8192.0))
+    assert already_in_force(limit, _signals(limit=0.0)) == ""  # none in force
+    assert already_in_force(limit, _signals(limit=16000.0)) == ""  # a looser one: tightening changes something
+    assert already_in_force(limit, _signals(limit=None, idle=None)) == ""  # unknown: the actuator decides
+    scoped = Action("length_limit", "router", {"max_tokens": 8192, "client": "batch"})
+    assert already_in_force(scoped, _signals(limit=8192.0)) == ""  # the gauge does not say whom it refuses
+    assert already_in_force(Action("set_batch_timeout", "router", {"batch_timeout_ms": 100}), _signals()) == ""
 
 
 # ---- end to end ------------------------------------------------------------------------------------------
@@ -218,3 +229,15 @@ def test_a_limit_another_doctor_already_lifted_is_left_as_that_doctor_recorded_i
     assert rec.status == "verified"
     assert asyncio.run(other._lift(rec, 8192, "again")) is False
     assert other.store.get(rec.id).reason.startswith("lifted early")
+
+
+def test_an_older_record_of_the_same_limit_ends_with_the_lift(world: World) -> None:
+    _doctor_sets_the_limit(world)
+    rem = _doctor_sets_the_limit(world)  # applied again by a run that could not read the router
+    world.clock.now += 700
+    signals = {"hot": Signals("hot", 5.0, "ok", 200, {"waiting": 0.0, "length_limit_tokens": 8192.0,
+                                                       "length_limit_idle_s": 700.0})}
+    newer, older = asyncio.run(rem.lift_idle_limits(signals))
+    assert newer.reason.startswith("lifted early: refused nothing")
+    assert older.reason == f"lifted early with {newer.id}" and older.status == "expired"
+    assert world.policy()["length_limit_tokens"] is None
