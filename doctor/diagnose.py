@@ -181,8 +181,9 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     state_dir = StateDir(opts.state_dir or default_state_dir())
     remediator = _remediator(opts, state_dir.path) if opts.fix else None
     in_progress: set[str] = set()
+    reconciled: list[Any] = []  # earlier runs' actions judged (or finished) by this one
     if remediator is not None:
-        await remediator.reconcile({r.ref.name: r.signals for r in results})
+        reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
         in_progress = remediator.guard.in_progress()
     elif opts.history:
         in_progress = _in_progress(opts, state_dir.path)
@@ -200,6 +201,7 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     if remediator is not None:
         records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger="cron",
                                        yes=opts.yes)
+        records = [*(r for r in reconciled if r.status != "applied"), *records]
         if opts.verify_wait_s > 0 and any(r.status == "applied" for r in records):
             async def reread() -> dict[str, Any]:
                 again = await read_all(opts, None, clock=clock)

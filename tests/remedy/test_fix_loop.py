@@ -127,7 +127,8 @@ def test_a_limit_already_in_force_is_not_applied_again(world: World) -> None:
     assert policy["length_limit_tokens"] == 8192
     # No cooldown holds it back now, and the spike still stands: re-applying would only push the expiry out.
     _, again = _diagnose(world, "--fix", "--verify-wait", "0")
-    [action] = [a for a in again["actions"] if a["action"] == "length_limit"]
+    # (The first run's action may be listed too, once this run has judged it: verified, well inside its window.)
+    [action] = [a for a in again["actions"] if a["status"] != "verified"]
     assert action["status"] == "refused" and "already refuses prompts over 8192" in action["reason"], action
     assert world.policy()["version"] == policy["version"]
 

@@ -241,3 +241,15 @@ def test_an_older_record_of_the_same_limit_ends_with_the_lift(world: World) -> N
     assert newer.reason.startswith("lifted early: refused nothing")
     assert older.reason == f"lifted early with {newer.id}" and older.status == "expired"
     assert world.policy()["length_limit_tokens"] is None
+
+
+def test_the_next_run_reports_its_verdict_on_an_earlier_runs_action(world: World) -> None:
+    rem = remediator(load_config(world.config), world.state, environ={"ROUTER_POLICY_TOKEN": TOKEN})
+    finding = Finding("p99_spike", "hot", "critical", 0.9, "P99 TTFT 40 s", (),
+                      (Action("length_limit", "router", {"max_tokens": 8192, "expires_in_s": 3600}),), "",
+                      time.time() - 300)
+    [rec] = asyncio.run(rem.fix([finding], {"hot": Signals("hot", 5.0, "ok", 200, {"waiting": 30.0})}))
+    assert rec.status == "applied"  # that run did not wait to verify
+    [judged] = _diagnose(world)["actions"]  # the idle engine's queue is empty now: 30 -> 0
+    assert (judged["id"], judged["status"]) == (rec.id, "verified"), judged
+    assert _diagnose(world)["actions"] == []  # reported once
