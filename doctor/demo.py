@@ -3,7 +3,9 @@
 A hot and a cold simulated vLLM engine (the seed's settings) sit behind the hot/cold router. Clients
 send chat-sized prompts, and part-way through a storm of very long documents arrives. Every few
 seconds the doctor runs as cron would (`doctor diagnose --fix`, auto mode, within its guardrails):
-it finds the incident, applies the first remedy, and the P99 the clients see recovers.
+it finds the incident, applies the first remedy, and the P99 the clients see recovers. When the storm
+is over, the doctor lifts its emergency limit again (after 30 s without a refusal and its 60 s cooldown
+here; 10 and 15 minutes by default) and long documents are served once more.
 """
 
 from __future__ import annotations
@@ -81,13 +83,17 @@ async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> 
             if key not in seen_actions and a["status"] not in ("refused",):
                 seen_actions.add(key)
                 params = ", ".join(f"{k}={v}" for k, v in a["params"].items())
-                say(f"t={t:4.0f}s  doctor: {a['action']} on {a['target']} ({params}) -> {a['status']}")
+                why = f": {a['reason']}" if a["status"] == "expired" and a.get("reason") else ""
+                say(f"t={t:4.0f}s  doctor: {a['action']} on {a['target']} ({params}) -> {a['status']}{why}")
                 if a["status"] == "applied":
                     applied.append((t, f"{a['action']} ({params})"))
+                elif a["status"] == "expired" and (a.get("reason") or "").startswith("lifted early"):
+                    applied.append((t, "lift of the emergency length limit"))
     return applied
 
 
-async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time_scale: float) -> int:
+async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: float, seed: int,
+                   time_scale: float) -> int:
     say = print
     ledger = MemoryLedger()
     scale = ["--time-scale", str(time_scale)]
@@ -97,7 +103,8 @@ async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time
     work = Path(tempfile.mkdtemp(prefix="doctor-demo-"))
     config = work / "doctor.toml"
     config.write_text(
-        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "auto"\nsample_s = "8s"\ntimeout_s = "60s"\n\n'
+        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "auto"\nsample_s = "8s"\ntimeout_s = "60s"\n'
+        'length_limit_lift_after_s = "30s"\ncooldown_s = "60s"\n\n'
         f'[router]\nurl = "{router.url}"\ntoken_env = "DEMO_ROUTER_TOKEN"\n\n'
         f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot.url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
         '[engines.slo]\np99_ttft_s = 2.0\n\n'
@@ -108,16 +115,17 @@ async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time
         say("serving-doctor demo: hot and cold vLLM engines (simulated) behind the hot/cold router, on loopback.")
         say(f"  hot : {' '.join(HOT[1:])}\n  cold: {' '.join(COLD[1:])}\n  router: {router.url} "
             f"(prompts >= 5120 tokens go cold)\n  doctor: `doctor diagnose --fix` every 12 s, auto mode, "
-            f"config {config}")
+            f"config {config}\n          (shortened for the demo: cooldown 60 s, an emergency limit lifted after 30 s "
+            "without a refusal; defaults 15 and 10 minutes)")
         spec = WorkloadSpec(rate_qps=rate, duration_s=seconds, long_share=0.03, long_min=5200, long_max=8000,
-                            seed=seed, schedule=((storm_at, 1.0, 0.25),))
+                            seed=seed, schedule=((storm_at, 1.0, 0.25), (storm_at + storm_for, 1.0, 0.03)))
         storm_specs = generate(spec)
         # The storm's long prompts are documents of 9-16K tokens (over the 8192 emergency limit).
-        specs = [s if not (s.long and s.arrival_s >= storm_at) else
+        specs = [s if not (s.long and storm_at <= s.arrival_s < storm_at + storm_for) else
                  type(s)(s.index, s.arrival_s, 9000 + (s.index * 7919) % 7000, s.output_tokens, True)
                  for s in storm_specs]
-        say(f"\nload: {len(specs)} requests over {seconds:.0f} s at {rate} req/s; from t={storm_at:.0f}s a storm "
-            "of 9-16K-token documents (25% of requests)\n")
+        say(f"\nload: {len(specs)} requests over {seconds:.0f} s at {rate} req/s; from t={storm_at:.0f}s to "
+            f"t={storm_at + storm_for:.0f}s a storm of 9-16K-token documents (25% of requests)\n")
         load = asyncio.ensure_future(run_load(router.url, specs, seed=seed, timeout_s=seconds * 3))
         applied = await _doctor_loop(config, seconds, 12.0, say)
         result = await load
@@ -138,6 +146,12 @@ async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time
         for t, what in applied:
             before = _window_stats(result.results, max(0.0, t - 30), t)
             after = _window_stats(result.results, t + 15, t + 45)
+            if what.startswith("lift"):
+                later = [r for r in result.results if r.sent_s is not None and r.sent_s >= t and r.long]
+                say(f"\nat t={t:.0f}s the doctor lifted its emergency length limit (the storm was over): "
+                    f"{sum(1 for r in later if r.success)} long prompts sent after it served, "
+                    f"{sum(1 for r in later if r.status == 413)} rejected")
+                continue
             say(f"\nat t={t:.0f}s the doctor applied {what}: P99 TTFT of served requests "
                 f"{_fmt(before[0]).strip()} in the 30 s before -> {_fmt(after[0]).strip()} 15-45 s after "
                 f"({after[2]} rejected with 413, {after[3]} still waiting behind the backlog)")
@@ -153,16 +167,18 @@ async def run_demo(seconds: float, rate: float, storm_at: float, seed: int, time
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="doctor demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=200.0, help="length of the load (default 200)")
+    parser.add_argument("--seconds", type=float, default=280.0, help="length of the load (default 280)")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
     parser.add_argument("--storm-at", type=float, default=10.0, help="when the long-document storm starts")
+    parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
     parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0:
-        parser.error("--seconds, --rate and --time-scale must be > 0")
+    if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0 or args.storm_for < 0:
+        parser.error("--seconds, --rate and --time-scale must be > 0, --storm-for >= 0")
     try:
-        return asyncio.run(run_demo(args.seconds, args.rate, args.storm_at, args.seed, args.time_scale))
+        return asyncio.run(run_demo(args.seconds, args.rate, args.storm_at, args.storm_for, args.seed,
+                                    args.time_scale))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
