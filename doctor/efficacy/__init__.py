@@ -34,7 +34,7 @@ from doctor.efficacy.harness import (
 )
 from doctor.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
 from doctor.efficacy.result import Evaluation, RunResult
-from doctor.efficacy.router_ops import BATCH_TIMEOUT_BOUNDS_MS, ROUTER_KINDS
+from doctor.efficacy.router_ops import BATCH_TIMEOUT_BOUNDS_MS
 from doctor.efficacy.runner import (
     DRAIN_LIMIT_S,
     PROBE_FROM,
@@ -47,6 +47,7 @@ from doctor.efficacy.runner import (
     run_pair,
 )
 from doctor.efficacy.vrouter import HEALTH_EVERY_S, VirtualRouter, without
+from doctor.remedy.planner import ROUTER_KINDS
 
 __all__ = [
     "BATCH_TIMEOUT_BOUNDS_MS",

@@ -14,11 +14,11 @@ from doctor.config import DoctorConfig
 from doctor.efficacy.attempt import Attempt
 from doctor.efficacy.engine_ops import EngineHook, EngineOps
 from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.router_ops import ROUTER_KINDS, apply_router_action
+from doctor.efficacy.router_ops import apply_router_action
 from doctor.efficacy.vrouter import VirtualRouter
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, Refused, VerifySpec
-from doctor.remedy.planner import verify_spec
+from doctor.remedy.planner import ROUTER_KINDS, verify_spec
 from playbooks import registry
 from playbooks.model import Action, Finding
 

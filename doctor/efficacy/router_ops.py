@@ -13,8 +13,6 @@ from playbooks.model import Action
 from router.policy import PolicyError, check_limits, with_upstream_state
 
 BATCH_TIMEOUT_BOUNDS_MS = (50, 200)
-ROUTER_KINDS = ("set_batch_timeout", "set_max_in_flight", "length_limit", "set_route_threshold", "set_fairness_window",
-                "stop_routing")
 
 
 def apply_router_action(router: VirtualRouter, h: EfficacyHarness, a: Action) -> Action:
