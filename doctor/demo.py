@@ -58,6 +58,7 @@ async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> 
     applied: list[tuple[float, str]] = []
     seen_findings: set[str] = set()
     seen_actions: set[tuple[str, str]] = set()
+    seen_refusals: set[tuple[str, str]] = set()  # (action, target): a refusal is told once
     started = time.monotonic()
     while time.monotonic() - started < seconds:
         await asyncio.sleep(every)
@@ -79,6 +80,9 @@ async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> 
                 say(f"t={t:4.0f}s  doctor: [{f['severity'].upper()}] {f['engine']}: {f['summary']} "
                     f"({ev['signal']} = {ev['value']}, threshold {ev['threshold']})")
         for a in report.get("actions", []):
+            if a["status"] == "refused" and (a["action"], a["target"]) not in seen_refusals:
+                seen_refusals.add((a["action"], a["target"]))
+                say(f"t={t:4.0f}s  doctor: {a['action']} on {a['target']} not done: {a['reason']}")
             key = (a["id"], a["status"])
             if key not in seen_actions and a["status"] not in ("refused",):
                 seen_actions.add(key)
