@@ -102,6 +102,9 @@ class HarnessDoctor(EngineOps):
             if not still or v.met(act.before, after) is not False:
                 rec.status = "verified"
                 continue
+            if v.keep_on_fail:
+                rec.status, rec.reason = "failed", f"{v.signal} did not improve: kept, escalated"
+                continue
             if act.inverse is None:
                 rec.status, rec.reason = "failed", f"{v.signal} did not improve and there is no inverse: escalated"
                 continue

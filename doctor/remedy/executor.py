@@ -44,7 +44,8 @@ def _action(d: Mapping[str, Any]) -> Action:
 def _spec(d: Mapping[str, Any] | None) -> VerifySpec | None:
     if not d:
         return None
-    return VerifySpec(str(d["signal"]), d["direction"], d.get("target"), d.get("ratio"), float(d.get("within_s", 120)))
+    return VerifySpec(str(d["signal"]), d["direction"], d.get("target"), d.get("ratio"), float(d.get("within_s", 120)),
+                      bool(d.get("keep_on_fail", False)))
 
 
 class Remediator:
@@ -173,8 +174,14 @@ class Remediator:
             return True
         overdue = self.clock() - rec.updated_at >= spec.within_s
         if met is False and (overdue or final):
-            await self.rollback(rec, f"{spec.signal} did not go {spec.direction} within {spec.within_s:g}s "
-                                     f"({rec.before.get(spec.signal)} -> {after.get(spec.signal)})")
+            why = (f"{spec.signal} did not go {spec.direction} within {spec.within_s:g}s "
+                   f"({rec.before.get(spec.signal)} -> {after.get(spec.signal)})")
+            if spec.keep_on_fail:
+                self._finish(rec, "failed", f"{why}; kept, not rolled back: taking the capacity away again would "
+                                            "deepen the overload")
+                self._page(rec, None, failed=True)
+            else:
+                await self.rollback(rec, why)
             return True
         if met is None and final:
             self._finish(rec, "verified", f"{spec.signal} not readable: kept, not judged")

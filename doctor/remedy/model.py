@@ -31,6 +31,9 @@ class VerifySpec:
     target: float | None = None  # absolute goal, e.g. p99_ttft_s <= 1.0
     ratio: float | None = None  # relative goal, e.g. 0.8 = at least 20% better than before
     within_s: float = 120.0
+    # When it did not help: keep the change and escalate instead of rolling back. For capacity added during an
+    # overload: taking it away again (the inverse) would make the overload worse.
+    keep_on_fail: bool = False
 
     def met(self, before: float | None, after: float | None) -> bool | None:
         """True/False when judged, None when the numbers are missing."""

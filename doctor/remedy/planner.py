@@ -18,7 +18,9 @@ action (a router-wide change locks the whole router), or when they change the sa
 "router:hot"). A router action proposed with an engine as its target (kv_pressure's set_max_in_flight)
 is normalised to target "router" with params.engine set, as the router actuator expects.
 
-What must improve after each action (VerifySpec), by (playbook, kind), "*" = any playbook:
+What must improve after each action (VerifySpec), by (playbook, kind), "*" = any playbook. When it did not,
+the action is rolled back with its inverse and a person is paged; "(kept)": it stays and a person is paged
+(capacity added during an overload is not taken away again):
 
 | playbook              | kind                 | signal                  | dir  | goal          | within |
 |-----------------------|----------------------|-------------------------|------|---------------|--------|
@@ -42,7 +44,7 @@ What must improve after each action (VerifySpec), by (playbook, kind), "*" = any
 | memory_fragmentation  | relaunch             | memory_growth_ratio     | down | target 0.05   | 300 s  |
 | capacity_scale_out    | relaunch             | generation_tokens_per_s | up   | ratio 1.1     | 300 s  |
 | *                     | defragment           | memory_growth_ratio     | down | target 0.05   | 300 s  |
-| *                     | scale_out            | p99_queue_s             | down | ratio 0.8     | 600 s  |
+| *                     | scale_out            | p99_queue_s             | down | ratio 0.8     | 600 s  | (kept)
 | *                     | warm_up              | p99_ttft_s              | down | ratio 0.8     | 300 s  |
 | *                     | rewarm_prefix_cache  | prefix_cache_hit_rate   | up   | target 0.7    | 300 s  |
 | *                     | reset_prefix_cache   | (none)                  |      |               |        |
@@ -67,8 +69,9 @@ ENGINE_SCOPED_ROUTER_KINDS: frozenset[str] = frozenset({"set_max_in_flight", "st
 ESCALATING_KINDS: frozenset[str] = frozenset({"stop_routing", "escalate"})
 
 
-def _down(signal: str, *, ratio: float | None = None, target: float | None = None, within: float = 120.0) -> VerifySpec:
-    return VerifySpec(signal, "down", target=target, ratio=ratio, within_s=within)
+def _down(signal: str, *, ratio: float | None = None, target: float | None = None, within: float = 120.0,
+          keep: bool = False) -> VerifySpec:
+    return VerifySpec(signal, "down", target=target, ratio=ratio, within_s=within, keep_on_fail=keep)
 
 
 def _up(signal: str, *, ratio: float | None = None, target: float | None = None, within: float = 120.0) -> VerifySpec:
@@ -99,7 +102,8 @@ VERIFY: dict[tuple[str, str], VerifySpec | None] = {
     ("memory_fragmentation", "relaunch"): _down("memory_growth_ratio", target=0.05, within=300.0),
     ("capacity_scale_out", "relaunch"): _up("generation_tokens_per_s", ratio=1.1, within=300.0),
     ("*", "defragment"): _down("memory_growth_ratio", target=0.05, within=300.0),
-    ("*", "scale_out"): _down("p99_queue_s", ratio=0.8, within=600.0),
+    # Kept when it did not help (escalated, not rolled back): removing a replica during an overload deepens it.
+    ("*", "scale_out"): _down("p99_queue_s", ratio=0.8, within=600.0, keep=True),
     ("*", "warm_up"): _down("p99_ttft_s", ratio=0.8, within=300.0),
     ("*", "rewarm_prefix_cache"): _up("prefix_cache_hit_rate", target=0.7, within=300.0),
     ("*", "reset_prefix_cache"): None,
@@ -180,7 +184,7 @@ def _spec_dict(spec: VerifySpec | None) -> dict[str, object] | None:
     if spec is None:
         return None
     return {"signal": spec.signal, "direction": spec.direction, "target": spec.target, "ratio": spec.ratio,
-            "within_s": spec.within_s}
+            "within_s": spec.within_s, **({"keep_on_fail": True} if spec.keep_on_fail else {})}
 
 
 def normalise(action: Action) -> tuple[Action, str]:
