@@ -44,6 +44,9 @@ def render_text(report: dict[str, Any], out: TextIO, *, colour: bool = False) ->
     for a in report.get("actions", []):
         print(f"\naction {a['id']}: {a['action']} on {a['target']} -> {a['status']}"
               + (f" ({a['reason']})" if a.get("reason") else ""), file=out)
+    router = _router_line(report)
+    if router:
+        print(f"\n{router}", file=out)
     for e in report["engines"]:
         sig = e["signals"]
         state = sig["health"] if e["reachable"] else "unreachable"
@@ -58,3 +61,16 @@ def render_text(report: dict[str, Any], out: TextIO, *, colour: bool = False) ->
             print(f"  event {ev['kind']}: {ev['message'][:140]}", file=out)
         for err in e["errors"]:
             print(c("dim", f"  ! {err}"), file=out)
+
+
+def _router_line(report: dict[str, Any]) -> str:
+    """The router's emergency length limit, when the router was read ('' when it was not)."""
+    values = [e["signals"] for e in report["engines"] if e["signals"].get("length_limit_tokens") is not None]
+    if not values:
+        return ""
+    tokens, idle = values[0]["length_limit_tokens"], values[0].get("length_limit_idle_s")
+    if not tokens:
+        return "router: no emergency length limit in force"
+    quiet = f", refused nothing for {idle:.0f} s" if isinstance(idle, int | float) else ""
+    return f"router: emergency length limit in force: prompts over {tokens:.0f} tokens get 413{quiet}"
+

@@ -253,3 +253,16 @@ def test_the_next_run_reports_its_verdict_on_an_earlier_runs_action(world: World
     [judged] = _diagnose(world)["actions"]  # the idle engine's queue is empty now: 30 -> 0
     assert (judged["id"], judged["status"]) == (rec.id, "verified"), judged
     assert _diagnose(world)["actions"] == []  # reported once
+
+
+def test_the_text_report_says_whether_a_limit_is_in_force(world: World) -> None:
+    def text() -> str:
+        out, err = io.StringIO(), io.StringIO()
+        main(["--config", str(world.config), "--format", "text"], out=out, err=err)
+        return out.getvalue()
+
+    assert "router: no emergency length limit in force" in text()
+    _doctor_sets_the_limit(world)
+    world.clock.now += 90
+    assert "router: emergency length limit in force: prompts over 8192 tokens get 413, refused nothing for 90 s" \
+        in text()
