@@ -70,7 +70,8 @@ def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: fl
     if in_force is None:
         return LiftDecision(False, False, "the router's length limit is not readable")
     if in_force <= 0:
-        return LiftDecision(False, True, "no longer in force at the router (expired, or lifted by a person)")
+        return LiftDecision(False, True, "no longer in force at the router: lifted before its expiry (by a person, "
+                                         "or by a doctor run that stopped before it could record it)")
     if int(in_force) != tokens:
         return LiftDecision(False, True, f"the router's limit is now {int(in_force)} tokens, set by someone else: "
                                          "no longer the doctor's to lift")
