@@ -182,6 +182,22 @@ def _action_line(a: dict[str, Any]) -> str:
     return line + (f" - {a['reason']}" if a["reason"] else "")
 
 
+def _folded(actions: list[dict[str, Any]]) -> list[str]:
+    """One line per action; a refusal repeated run after run (same action, target and reason) is one line."""
+    out: list[str] = []
+    last: tuple[Any, ...] | None = None
+    first_t, count = 0.0, 0
+    for a in actions:
+        key = (a["action"], a["target"], a["reason"]) if a["status"] == "refused" else None
+        if key is not None and key == last:
+            count += 1
+            out[-1] = _action_line(a).replace(f"t={a['t_s']:.0f}s", f"t={first_t:.0f}-{a['t_s']:.0f}s ({count}x)", 1)
+            continue
+        last, first_t, count = key, a["t_s"], 1
+        out.append(_action_line(a))
+    return out
+
+
 def print_text(results: list[dict[str, Any]], seeds: list[int], wall_s: float, eval_every_s: float) -> None:
     print("Remediation efficacy: paired runs in virtual time, same trace and seed; the doctor in observe mode "
           "(\"without\") vs auto mode (\"with\")")
@@ -215,8 +231,8 @@ def print_text(results: list[dict[str, Any]], seeds: list[int], wall_s: float, e
             print(f"  {row['metric']:<26}{row['unit']:>6}{_fmt(row['without']):>18}{_fmt(row['with']):>18}{ratio:>9}")
         first = res["seeds"][0]
         print(f"  actions (seed {first['seed']}):" + ("" if first["actions"] else " none"))
-        for a in first["actions"]:
-            print(f"    {_action_line(a)}")
+        for line in _folded(first["actions"]):
+            print(f"    {line}")
         v = res["verdict"]
         p99, qps = v["p99_ratio_median"], v["peak_qps_ratio_median"]
         print(f"  vs the seed (median of per-seed ratios): P99 e2e after the fix {_fmt(p99)}x "

@@ -58,11 +58,12 @@ class HarnessDoctor(EngineOps):
             if a.target in used or self.busy(engine) or now - self._last.get(key, -math.inf) < self.cooldown_s:
                 continue
             used.add(a.target)
-            self._last[key] = now
             spent = sum(now - x.decided < 3600 and x.record.status != "refused" for x in self.log) >= BUDGET_PER_HOUR
             router = {"router": Signals("router", 0.0, values=self.router.length_limit_signals())}
             in_force = already_in_force(a, router)
-            self._start(a, f, now, signals, refuse="hourly action budget spent" if spent else in_force or None)
+            act = self._start(a, f, now, signals, refuse="hourly action budget spent" if spent else in_force or None)
+            if act.record.status != "refused":  # as the guardrails: only an action taken starts a cooldown
+                self._last[key] = now
 
     def _start(self, a: Action, f: Finding | None, now: float, signals: dict[str, Signals],
                trigger: str = "auto", refuse: str | None = None) -> Attempt:
