@@ -9,7 +9,8 @@ of these hold:
 - it has refused nothing for `length_limit_lift_after_s` (the router's `router_length_limit_idle_seconds`):
   nobody is sending the prompts it sheds any more;
 - no engine shows queue pressure (`waiting` and P95 queue time under the `queue_pressure` thresholds);
-- the action's cooldown is over, so the doctor could put the limit back at once if the storm returns.
+- the action's cooldown is over, so the doctor could put the limit back at once if the storm returns;
+- no finding of the same run still proposes a length limit (checked by the caller, which has the findings).
 
 A record whose limit has expired, or is no longer at the router as the doctor set it, is ended (`expired`)
 whatever the mode: that only keeps `doctor actions` true. `judge` decides from one reading;
