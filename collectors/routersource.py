@@ -9,7 +9,9 @@ From two scrapes of the router's `router_*` families (see router/metrics.py):
 * `itl_cv`: coefficient of variation of the gaps between streamed token chunks, per engine, exact
   (the router exports the sum of squared gaps), finer than vLLM's ITL buckets;
 * `length_limit_tokens` (0 = none in force) and `length_limit_idle_s`: how long the emergency length limit
-  has refused nothing (since its last refusal, or since it was set), from one scrape.
+  has refused nothing (since its last refusal, or since it was set), from one scrape;
+  `length_limit_refusals_total`: the router's counter of length-limit refusals (the doctor's history turns it
+  into refusals over a window).
 
 With one scrape, shares and quantiles cover everything since the router started (said in reasons);
 rates need two.
@@ -31,7 +33,7 @@ from collectors.types import HistogramData, Sample
 Values = dict[str, float | None]
 Reasons = dict[str, str]
 ROUTER_SIGNALS: tuple[str, ...] = ("misrouted_share", "router_queue_p99_s", "rejections_per_s", "itl_cv",
-                                   "length_limit_tokens", "length_limit_idle_s")
+                                   "length_limit_tokens", "length_limit_idle_s", "length_limit_refusals_total")
 MAX_SCRAPE_BYTES = 8 * 1024 * 1024
 MIN_GAPS = 10
 
@@ -205,6 +207,9 @@ def derive_router_signals(prev: RouterSnapshot | None, cur: RouterSnapshot,
 def _length_limit(cur: RouterSnapshot, values: Values, reasons: Reasons) -> None:
     """The emergency length limit in force (0 = none) and how long it has refused nothing."""
     values["length_limit_tokens"] = cur.length_limit_tokens
+    values["length_limit_refusals_total"] = cur.rejections.get("length_limit")
+    if values["length_limit_refusals_total"] is None:
+        reasons["length_limit_refusals_total"] = "the router exports no router_rejections_total{rule=\"length_limit\"}"
     if cur.length_limit_tokens is None:
         reasons["length_limit_tokens"] = "the router exports no router_length_limit_tokens"
     if cur.length_limit_tokens is None or cur.length_limit_idle_s is None:

@@ -186,6 +186,7 @@ class DoctorConfig:
     fleet_breaker_ratio: float = 0.5
     cooldown_s: float = 900.0
     length_limit_lift_after_s: float = 600.0  # lift the doctor's own emergency limit once idle this long; 0 = never
+    length_limit_lift_max_refusals: int = 3  # ... or once it refused at most this many requests over that long
     engines: tuple[EngineConfig, ...] = ()
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     playbooks: Mapping[str, PlaybookConfig] = field(default_factory=dict)
@@ -268,7 +269,7 @@ TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router
             "maintenance", "bounds")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "request_timeout_s", "verify_s", "long_prompt_tokens",
                "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget", "fleet_breaker_ratio",
-               "cooldown_s", "length_limit_lift_after_s")
+               "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
 ENGINE_KEYS = ("name", "role", "url", "log", "log_command", "gpus", "dcgm", "selector", "launcher", *ENGINE_ARGS,
                "gpu_memory_utilization", "slo", "thresholds", "playbooks")
 
@@ -342,6 +343,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         fleet_breaker_ratio=cast(float, d.ratio("fleet_breaker_ratio", 0.5)),
         cooldown_s=cast(float, d.duration("cooldown_s", 900.0, positive=False)),
         length_limit_lift_after_s=cast(float, d.duration("length_limit_lift_after_s", 600.0, positive=False)),
+        length_limit_lift_max_refusals=cast(int, d.integer("length_limit_lift_max_refusals", 3, minimum=0)),
         engines=engines, thresholds=thresholds, playbooks=playbooks, templates=templates, router=router,
         prometheus_url=prom.url("url"),
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),

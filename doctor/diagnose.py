@@ -208,7 +208,10 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
                 return {r.ref.name: r.signals for r in again}
 
             await remediator.verify(records, reread, wait_s=opts.verify_wait_s)
-        records += await remediator.lift_idle_limits({r.ref.name: r.signals for r in results}, findings)
+        window = float(getattr(opts.settings, "length_limit_lift_after_s", 0.0) or 0.0)
+        records += await remediator.lift_idle_limits(
+            {r.ref.name: r.signals for r in results}, findings,
+            refused_in_window=_refusals_within(history, results, window, now) if history and window else None)
         actions = [r.report() for r in records]
     readable = any(r.describe()["reachable"] for r in results)
     engines = []
@@ -229,6 +232,19 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
         **({"actions": actions} if opts.fix else {}),
         "engines": engines,
     }
+
+
+def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:
+    """Requests the router refused for its length limit over the last `window_s`, from the history of earlier runs
+    (None without a run at least that long ago)."""
+    from doctor.remedy.lift import counter_increase
+
+    for r in results:
+        current = r.signals.get("length_limit_refusals_total")
+        if current is not None:
+            series = history.series(r.ref.name, "length_limit_refusals_total", 2 * window_s)
+            return counter_increase(series, current, window_s=window_s, now=now)
+    return None
 
 
 def _in_progress(opts: Options, state_dir: Path) -> set[str]:

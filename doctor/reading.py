@@ -91,7 +91,8 @@ def _gpu_signals(ref: EngineRef, reading: EngineReading, history: SignalHistory 
 
 ROUTER_SIGNALS = {"misrouted_share": "misrouted_share", "router_queue_p99_s": "router_queue_p99_s",
                   "rejections_per_s": "rejections_per_s", "itl_cv": "router_itl_cv",
-                  "length_limit_tokens": "length_limit_tokens", "length_limit_idle_s": "length_limit_idle_s"}
+                  "length_limit_tokens": "length_limit_tokens", "length_limit_idle_s": "length_limit_idle_s",
+                  "length_limit_refusals_total": "length_limit_refusals_total"}
 
 
 def _router_signals(opts: Options, readings: dict[str, EngineReading], samples: list[Sample]) -> None:

@@ -46,10 +46,11 @@ releases: `vllm:time_per_output_token_seconds`); long prompts:
 prefix hits: `rate(vllm:prefix_cache_hits_total[5m]) / rate(vllm:prefix_cache_queries_total[5m])`.
 
 **Remedies.** In order of the cause found: an emergency length limit at the router (prompts over 8192
-tokens get 413 for an hour at most: the doctor lifts its own limit once it has refused nothing for
-10 minutes and no engine has a queue), a lower route threshold so long prompts go to the cold engine, and a
-re-warm of the prefix cache from the configured templates. The length limit is left out when the
-engine is known to see no prompt over it (it would change nothing); without a cause in evidence the
+tokens get 413 for an hour at most: the doctor lifts its own limit once it has refused nothing, or
+only a trickle, for 10 minutes and no engine has a queue), a lower route threshold so long prompts go
+to the cold engine, and a re-warm of the prefix cache from the configured templates. The length limit
+is left out when the engine is known to see no prompt over it (it would change nothing); without a
+cause in evidence the
 order is the same; escalate if none helps (a spike from load alone is `queue_pressure`'s and
 `capacity_scale_out`'s to fix).
 """

@@ -36,7 +36,8 @@ binds; the stats log line's `Waiting: N reqs`; the router's policy (`GET /policy
 **Remedies.** When the router's cap is what binds (the engine has free slots and KV), raise the
 engine's max in flight at the router. When the engine itself is full, add capacity (a replica or
 more tensor-parallel shards), and meanwhile shed load with the emergency length limit (prompts over
-8192 tokens get 413 for an hour at most; lifted early once it refuses nothing and no engine has a queue).
+8192 tokens get 413 for an hour at most; lifted early once it refuses nothing, or only a trickle, and
+no engine has a queue).
 """
 
     def _at_least(self, view: EngineView, signal: str) -> Evidence | None:

@@ -26,7 +26,8 @@ COOLDOWN_S = 600.0  # per action kind + target
 VERIFY_S = 120.0  # after an action is in effect, what it should improve must have improved
 BUDGET_PER_HOUR = 6
 VERIFY_QUEUE = ("length_limit", "scale_out", "set_max_in_flight", "stop_routing")
-LIFT_AFTER_S = DoctorConfig().length_limit_lift_after_s  # the doctor's default
+LIFT_AFTER_S = DoctorConfig().length_limit_lift_after_s  # the doctor's defaults
+LIFT_MAX_REFUSALS = DoctorConfig().length_limit_lift_max_refusals
 
 
 class HarnessDoctor(EngineOps):
@@ -118,13 +119,15 @@ class HarnessDoctor(EngineOps):
         router = self.router.length_limit_signals()
         seen = {n: replace(s, values={**s.values, **router}) for n, s in signals.items()}
         queue = registry.get("queue_pressure").defaults
+        refused = sum(1 for t in self.router.length_limit_refusals if t > now - LIFT_AFTER_S)
         for act in self.log:
             rec = act.record
             if limit_tokens(rec) is None or act.finding is None:
                 continue
             last = self._last.get(("length_limit", "router", act.finding.engine), -math.inf)
             d = judge(rec, seen, lift_after_s=LIFT_AFTER_S, queue_limits=lambda _: queue,
-                      cooldown_left_s=max(0.0, self.cooldown_s - (now - last)), now=now)
+                      cooldown_left_s=max(0.0, self.cooldown_s - (now - last)), now=now,
+                      refused_in_window=float(refused), max_refusals=float(LIFT_MAX_REFUSALS))
             if d.done or (d.lift and not wanted):
                 if d.lift:
                     apply_router_action(self.router, self.h, Action("length_limit", "router", {"max_tokens": None}))

@@ -37,6 +37,7 @@ class VirtualRouter:
         self._seq = 0
         self.length_limit_since = h.now  # router_length_limit_idle_seconds, as router/app.py keeps it
         self.length_limit_last_rejection: float | None = None
+        self.length_limit_refusals: list[float] = []  # when each request was refused for the limit
         h.schedule(h.now + HEALTH_EVERY_S, self._health)
 
     # ----- policy and upstreams ------------------------------------------------------------------
@@ -99,6 +100,7 @@ class VirtualRouter:
         if pol.length_limit_tokens is not None and tokens > pol.length_limit_tokens and pol.length_limit_active(now):
             out.rejected = 413
             self.length_limit_last_rejection = now
+            self.length_limit_refusals.append(now)
             return
         routed = "hot" if tokens < pol.route_threshold_tokens else "cold"
         role = routed if self._eligible(routed) else ("cold" if routed == "hot" else "hot")

@@ -225,10 +225,11 @@ class Remediator:
 
     # ----- lifting emergency limits early --------------------------------------------------------
 
-    async def lift_idle_limits(self, signals: Mapping[str, Signals],
-                               findings: Sequence[Finding] = ()) -> list[ActionRecord]:
+    async def lift_idle_limits(self, signals: Mapping[str, Signals], findings: Sequence[Finding] = (), *,
+                               refused_in_window: float | None = None) -> list[ActionRecord]:
         """Lift the doctor's own emergency length limits that are no longer needed (doctor.remedy.lift),
-        unless one of this run's `findings` still proposes a length limit.
+        unless one of this run's `findings` still proposes a length limit. `refused_in_window`: the requests the
+        router refused for the limit over the last `length_limit_lift_after_s` (None: unknown, no history).
 
         Only in auto mode for the playbook that set the limit, never under the kill switch or in a maintenance
         window; like a rollback it returns the router to where it was, so it takes no budget or cooldown slot.
@@ -247,7 +248,9 @@ class Remediator:
                 ended.append(rec)
                 continue
             decision = judge(rec, signals, lift_after_s=after_s, queue_limits=self._queue_limits,
-                             cooldown_left_s=self.guard.cooldown_left("length_limit", "router"), now=self.clock())
+                             cooldown_left_s=self.guard.cooldown_left("length_limit", "router"), now=self.clock(),
+                             refused_in_window=refused_in_window,
+                             max_refusals=float(getattr(self.config, "length_limit_lift_max_refusals", 0)))
             if decision.done:  # bookkeeping only, in any mode: the limit is already gone or not the doctor's
                 self._end(rec, "expired", decision.reason, journal=False)
                 ended.append(rec)

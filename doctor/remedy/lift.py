@@ -6,8 +6,10 @@ of these hold:
 
 - the doctor set it (its own verified `length_limit` action) and the router still has that very limit
   (a limit a person set or changed since is never touched);
-- it has refused nothing for `length_limit_lift_after_s` (the router's `router_length_limit_idle_seconds`):
-  nobody is sending the prompts it sheds any more;
+- it has refused nothing for `length_limit_lift_after_s` (the router's `router_length_limit_idle_seconds`),
+  or at most `length_limit_lift_max_refusals` requests over that long (the router's refusal counter, through
+  the doctor's history): nobody is sending the prompts it sheds any more, or only the trickle of long documents
+  the cold path served before the storm (which would otherwise keep the limit for its whole hour);
 - no engine shows queue pressure (`waiting` and P95 queue time under the `queue_pressure` thresholds);
 - the action's cooldown is over, so the doctor could put the limit back at once if the storm returns;
 - no finding of the same run still proposes a length limit (checked by the caller, which has the findings).
@@ -20,7 +22,7 @@ limit the router already has (which would only push its expiry out).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from collectors.types import Signals
@@ -57,7 +59,8 @@ def _router_value(signals: Mapping[str, Signals], name: str) -> float | None:
 
 
 def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: float, queue_limits: QueueLimits,
-          cooldown_left_s: float, now: float) -> LiftDecision:
+          cooldown_left_s: float, now: float, refused_in_window: float | None = None,
+          max_refusals: float = 0.0) -> LiftDecision:
     """Should the limit `rec` set be lifted now (see the module docstring)?"""
     tokens = limit_tokens(rec)
     if tokens is None:
@@ -77,14 +80,25 @@ def judge(rec: ActionRecord, signals: Mapping[str, Signals], *, lift_after_s: fl
         return LiftDecision(False, True, f"the router's limit is now {int(in_force)} tokens, set by someone else: "
                                          "no longer the doctor's to lift")
     idle = _router_value(signals, "length_limit_idle_s")
-    if idle is None or idle < lift_after_s:
-        return LiftDecision(False, False, f"refused a request {idle:.0f} s ago" if idle is not None else
-                            "how long it has refused nothing is not readable")
+    quiet = idle is not None and idle >= lift_after_s
+    # A window that began before the limit was set would count too few refusals.
+    trickle = (not quiet and refused_in_window is not None and refused_in_window <= max_refusals
+               and now - rec.created_at >= lift_after_s)
+    if not quiet and not trickle:
+        if idle is None:
+            return LiftDecision(False, False, "how long it has refused nothing is not readable")
+        over = "" if refused_in_window is None else \
+            f"; {refused_in_window:.0f} refused in the last {lift_after_s:g} s (> {max_refusals:g})"
+        return LiftDecision(False, False, f"refused a request {idle:.0f} s ago{over}")
     if cooldown_left_s > 0:
         return LiftDecision(False, False, f"its cooldown has {cooldown_left_s:.0f} s left: it could not be put back")
     queued = _queued(signals, rec.engine, queue_limits)
     if queued:
         return LiftDecision(False, False, queued)
+    if trickle:
+        return LiftDecision(True, False, f"refused only {refused_in_window:.0f} requests in the last "
+                                         f"{lift_after_s:g} s (<= {max_refusals:g}: a trickle, not a storm) and no "
+                                         "engine has a queue")
     return LiftDecision(True, False, f"refused nothing for {idle:.0f} s (>= {lift_after_s:g} s) and no engine "
                                      "has a queue")
 
@@ -115,3 +129,16 @@ def _queued(signals: Mapping[str, Signals], protected: str, queue_limits: QueueL
         if p95 is not None and p95 >= limits["p95_queue_s"]:
             return f"{name}'s P95 queue time is {p95:.2g} s (>= {limits['p95_queue_s']:g} s)"
     return ""
+
+
+def counter_increase(history: Sequence[tuple[float, float]], current: float | None, *, window_s: float,
+                     now: float) -> float | None:
+    """How much a counter grew over the last `window_s`: `current` minus its value in the newest history point at
+    least `window_s` old. None without such a point, or when the counter went down (the router restarted)."""
+    if current is None:
+        return None
+    old = [v for t, v in history if t <= now - window_s]
+    if not old or current < old[-1]:
+        return None
+    return current - old[-1]
+

@@ -18,7 +18,7 @@ from collectors.types import Signals
 from doctor.config import load_config
 from doctor.diagnose import main
 from doctor.remedy.executor import Remediator
-from doctor.remedy.lift import KEEP, already_in_force, judge
+from doctor.remedy.lift import KEEP, already_in_force, counter_increase, judge
 from doctor.remedy.model import ActionRecord
 from doctor.remedy.setup import remediator
 from playbooks.model import Action, Finding
@@ -68,6 +68,29 @@ def test_lifts_only_an_idle_doctor_limit_with_no_queue_anywhere() -> None:
     # The router unreadable: keep and look again.
     d = _judge(_record(), _signals(limit=None, idle=None))
     assert not d.lift and not d.done
+
+
+def test_a_trickle_of_refusals_is_not_a_storm() -> None:
+    rec = _record()
+
+    def decide(refused: float | None, *, age: float = 1200.0):  # type: ignore[no-untyped-def]
+        return judge(rec, _signals(idle=40.0), lift_after_s=600.0, queue_limits=lambda _: QUEUE,
+                     cooldown_left_s=0.0, now=rec.created_at + age, refused_in_window=refused, max_refusals=3.0)
+
+    d = decide(2.0)
+    assert d.lift and "refused only 2 requests in the last 600 s (<= 3: a trickle" in d.reason
+    d = decide(7.0)
+    assert not d.lift and "refused a request 40 s ago; 7 refused in the last 600 s (> 3)" in d.reason
+    assert not decide(None).lift  # no history: only a quiet limit is lifted
+    assert not decide(0.0, age=300.0).lift  # the window began before the limit was set
+
+
+def test_counter_increase_over_a_window_from_history() -> None:
+    history = [(100.0, 4.0), (400.0, 9.0), (700.0, 10.0)]
+    assert counter_increase(history, 12.0, window_s=600.0, now=1000.0) == 3.0  # since the point at t=400
+    assert counter_increase(history, 12.0, window_s=950.0, now=1000.0) is None  # no run that long ago
+    assert counter_increase(history, 3.0, window_s=600.0, now=1000.0) is None  # the router restarted
+    assert counter_increase(history, None, window_s=600.0, now=1000.0) is None
 
 
 def test_a_limit_past_its_expiry_is_done_whatever_the_router_says() -> None:
@@ -266,3 +289,24 @@ def test_the_text_report_says_whether_a_limit_is_in_force(world: World) -> None:
     world.clock.now += 90
     assert "router: emergency length limit in force: prompts over 8192 tokens get 413, refused nothing for 90 s" \
         in text()
+
+
+def test_diagnose_fix_lifts_a_limit_that_only_refuses_a_trickle(world: World) -> None:
+    from collectors.history import SignalHistory
+
+    rem = _doctor_sets_the_limit(world)
+    [rec] = [r for r in rem.store.recent(5) if r.kind == "length_limit"]
+    rec.created_at -= 1200  # set 20 minutes ago
+    rem.store.put(rec)
+    # Long documents still arrive now and then, so the limit is never idle for 10 minutes ...
+    for _ in range(2):
+        r = httpx.post(world.router_url + "/v1/completions", json={"prompt": "tok " * 9000, "max_tokens": 2},
+                       timeout=30)
+        assert r.status_code == 413
+    # ... but a cron run 11 minutes ago (the limit then already in force for a while) saw the counter at 0.
+    SignalHistory(world.state / "history.json").append("hot", time.time() - 660, {"length_limit_refusals_total": 0.0})
+    world.clock.now += 30
+    [lifted] = _diagnose(world)["actions"]
+    assert lifted["status"] == "expired", lifted
+    assert "refused only 2 requests in the last 600 s (<= 3: a trickle, not a storm)" in lifted["reason"]
+    assert world.policy()["length_limit_tokens"] is None
