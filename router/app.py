@@ -318,7 +318,7 @@ class Router:
             check_limits(new, lens, now=self.clock(), previous=self.store.policy)
             old = self.store.policy
             entry = self.store.apply(new, source)
-            if _limit_rule(new) != _limit_rule(old):
+            if new.length_limit_rule() != old.length_limit_rule():
                 self.length_limit_since = self.clock()
                 self.length_limit_last_rejection = None
             self._sync_pools(prepared)
@@ -328,8 +328,3 @@ class Router:
     @property
     def policy(self) -> Policy:
         return self.store.policy
-
-
-def _limit_rule(pol: Policy) -> tuple[int | None, str | None, str | None]:
-    """What the emergency length limit refuses (its expiry aside: extending it does not make it new)."""
-    return (pol.length_limit_tokens, pol.length_limit_client, pol.length_limit_model)

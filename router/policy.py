@@ -77,6 +77,10 @@ class Policy:
             return False
         return self.length_limit_expires_at is None or now < self.length_limit_expires_at
 
+    def length_limit_rule(self) -> tuple[int | None, str | None, str | None]:
+        """What the emergency length limit refuses (its expiry aside: a longer expiry is the same limit)."""
+        return (self.length_limit_tokens, self.length_limit_client, self.length_limit_model)
+
     def all_upstreams(self) -> list[tuple[str, UpstreamSpec]]:
         return [(role, u) for role in ROLES for u in self.upstreams.get(role, ())]
 

@@ -44,7 +44,7 @@ class VirtualRouter:
 
     def set_policy(self, new: Policy) -> list[str]:
         changes = diff(self.policy, new)
-        if _limit_rule(new) != _limit_rule(self.policy):
+        if new.length_limit_rule() != self.policy.length_limit_rule():
             self.length_limit_since, self.length_limit_last_rejection = self.h.now, None
         self.policy = new
         self.changes += [(self.h.now, c) for c in changes]
@@ -214,7 +214,3 @@ def without(policy: Policy, name: str) -> Policy:
     """`policy` with the upstream `name` removed."""
     ups = policy.upstreams.items()
     return replace(policy, upstreams={r: tuple(u for u in specs if u.name != name) for r, specs in ups})
-
-
-def _limit_rule(pol: Policy) -> tuple[int | None, str | None, str | None]:
-    return (pol.length_limit_tokens, pol.length_limit_client, pol.length_limit_model)
