@@ -6,10 +6,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collectors.derive import derive_metrics_signals
+from collectors.derive import MIN_REQUESTS, derive_window
 from collectors.names import Detection, detect_profile
 from collectors.scrape import has_engine_label
-from collectors.types import SIGNAL_NAMES, EngineConfigView, Event, HealthState, Sample, Signals
+from collectors.types import SIGNAL_NAMES, EngineConfigView, Event, HealthState, MetricsSnapshot, Sample, Signals
+from collectors.window import window_view
 
 
 @dataclass
@@ -118,28 +119,60 @@ def config_of(reading: EngineReading) -> EngineConfigView:
     )
 
 
+def _widen(values: dict[str, float | None], reasons: dict[str, str], weak: dict[str, float],
+           wide: Sequence[MetricsSnapshot], config: EngineConfigView, window_s: float, **derive_kw: Any) -> None:
+    """Signals of too few requests in the window, taken again over the wider chain when it has enough (as a
+    `[5m]` range serves a low-rate engine); those still too few stay marked."""
+    view = window_view(wide)
+    if view.length_s <= window_s:
+        return
+    got = derive_window(view.base, view.cur, config, gauges=view.gauges, resets=view.resets, **derive_kw)
+    for name in list(weak):
+        if got.values.get(name) is not None and name not in got.weak:
+            values[name] = got.values[name]
+            reasons[name] = (f"over {view.length_s:g}s: only {weak.pop(name):g} requests in the {window_s:g}s "
+                             f"window; " + got.reasons.get(name, "")).rstrip("; ")
+
+
 def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens: int = 5120,
-                  very_long_prompt_tokens: int = 8192) -> Signals:
-    """The Signals of one engine from its samples, in the report's shape."""
+                  very_long_prompt_tokens: int = 8192, chain: Sequence[MetricsSnapshot] | None = None,
+                  min_requests: int = MIN_REQUESTS, wide_chain: Sequence[MetricsSnapshot] | None = None) -> Signals:
+    """The Signals of one engine from its samples, in the report's shape.
+
+    `chain`: the snapshots of a longer window (collectors.window.window_chain: earlier runs' snapshots and
+    this run's, oldest first); without it the window is this run's own reads. `wide_chain`: a wider one
+    (several windows) for request-based signals the window holds too few requests for.
+    """
     values: dict[str, float | None] = {}
     reasons: dict[str, str] = {}
+    weak: dict[str, float] = {}
     metrics = [s for s in reading.of("metrics") if s.error is None and s.metrics is not None]
     failed = [s for s in reading.of("metrics") if s.error]
     config = config_of(reading)
-    if len(metrics) >= 2:
-        prev, cur = metrics[0].metrics, metrics[-1].metrics
-        assert prev is not None and cur is not None
-        v, r = derive_metrics_signals(prev, cur, config, long_prompt_tokens=long_prompt_tokens,
-                                      very_long_prompt_tokens=very_long_prompt_tokens)
-        values.update(v)
-        reasons.update(r)
-    elif len(metrics) == 1:
-        snap = metrics[0].metrics
-        assert snap is not None
-        v, r = derive_metrics_signals(snap, snap, config, long_prompt_tokens=long_prompt_tokens,
-                                      very_long_prompt_tokens=very_long_prompt_tokens)
-        values.update(v)
-        reasons.update(r)
+    snaps: list[MetricsSnapshot] = list(chain) if chain and len(chain) >= 2 else [
+        s.metrics for s in metrics if s.metrics is not None]
+    if len(snaps) >= 2:
+        view = window_view(snaps)
+        got = derive_window(view.base, view.cur, config, long_prompt_tokens=long_prompt_tokens,
+                            very_long_prompt_tokens=very_long_prompt_tokens, gauges=view.gauges,
+                            resets=view.resets, min_requests=min_requests)
+        values.update(got.values)
+        reasons.update(got.reasons)
+        weak.update(got.weak)
+        window_s = view.length_s
+        if weak and wide_chain and len(wide_chain) >= 2:
+            _widen(values, reasons, weak, wide_chain, config, window_s, long_prompt_tokens=long_prompt_tokens,
+                   very_long_prompt_tokens=very_long_prompt_tokens, min_requests=min_requests)
+        idle = view.unchanged_s.get("generation_tokens")
+        values["generation_idle_s"] = idle
+        reasons["generation_idle_s"] = ("vllm:generation_tokens_total not in the scrape" if idle is None else
+                                        f"since vllm:generation_tokens_total last moved, within the {window_s:g}s "
+                                        f"window's {view.reads} reads")
+    elif len(snaps) == 1:
+        got = derive_window(snaps[0], snaps[0], config, long_prompt_tokens=long_prompt_tokens,
+                            very_long_prompt_tokens=very_long_prompt_tokens, min_requests=min_requests)
+        values.update(got.values)
+        reasons.update(got.reasons)
         for name in SIGNAL_NAMES:
             if name not in ("running", "waiting", "kv_cache_usage", "uptime_s", "process_rss_bytes"):
                 values.pop(name, None)
@@ -171,7 +204,7 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
     dead = any(e.kind == "engine_death" for e in reading.events)
     health, status = health_of(reading, dead)
     return Signals(engine=reading.name, window_s=window_s, health=health, health_status=status,
-                   values=values, reasons=reasons, events=tuple(reading.events))
+                   values=values, reasons=reasons, events=tuple(reading.events), weak=weak)
 
 
 def is_reachable(reading: EngineReading) -> bool:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
+from collectors.quantiles import bucket_cv as _cv
+from collectors.quantiles import histogram_quantile, share_at_or_above
 from collectors.scrape import engine_count
 from collectors.types import SIGNAL_NAMES, EngineConfigView, HistogramData, MetricsSnapshot
+from collectors.window import GaugeStats, gauge_stats, pinned_cap
 
 Values = dict[str, float | None]
 Reasons = dict[str, str]
@@ -25,49 +29,29 @@ LATENCIES: tuple[str, ...] = ("e2e", "ttft", "itl", "queue", "prefill")
 ONE_SAMPLE = "one sample: rates need two"
 _STATS_OFF = "engine stats disabled (--disable-log-stats): no vllm: metrics exposed"
 _GAUGE_NAMES = {"running": "num_requests_running", "waiting": "num_requests_waiting"}
+# The window statistics of the gauges: signal -> (gauge, statistic)
+WINDOW_GAUGE_SIGNALS: dict[str, tuple[str, str]] = {
+    "running_min": ("running", "minimum"), "running_max": ("running", "maximum"),
+    "waiting_min": ("waiting", "minimum"), "waiting_mean": ("waiting", "mean"), "waiting_max": ("waiting", "maximum"),
+    "kv_cache_usage_mean": ("kv_cache_usage", "mean"), "kv_cache_usage_max": ("kv_cache_usage", "maximum"),
+}
+# Signals that summarise requests (shares, quantiles): judged only from at least MIN_REQUESTS of them.
+MIN_REQUESTS = 10
+MIN_TOKENS = 200  # inter-token gaps behind the ITL quantiles and their spread
+MIN_REQUESTS_FOR_MEAN = 3  # a mean over long prompts' tokens (prefill time per token) settles with a few of them
 
 
 def _fmt(x: float) -> str:
     return f"{x:g}"
 
 
-def histogram_quantile(q: float, bounds: Sequence[float], cumulative: Sequence[float]) -> tuple[float, int] | None:
-    """Prometheus histogram_quantile: (value, bucket index) or None without observations.
-
-    Linear interpolation inside the bucket; the first bucket starts at 0 (when its bound is positive);
-    a rank in the +Inf bucket returns the highest finite bound (index = the +Inf bucket).
-    """
-    if len(bounds) < 2 or not cumulative or cumulative[-1] <= 0:
-        return None
-    fixed: list[float] = []
-    running = 0.0
-    for c in cumulative:  # Prometheus forces monotonic cumulative counts
-        running = max(running, c)
-        fixed.append(running)
-    total = fixed[-1]
-    rank = q * total
-    b = 0
-    last = len(bounds) - 1
-    while b < last and fixed[b] < rank:
-        b += 1
-    if b == last and math.isinf(bounds[b]):
-        return bounds[last - 1], b
-    upper = bounds[b]
-    if b == 0:
-        if upper <= 0:
-            return upper, b
-        lower, below = 0.0, 0.0
-    else:
-        lower, below = bounds[b - 1], fixed[b - 1]
-    inside = fixed[b] - below
-    if inside <= 0:
-        return upper, b
-    return min(upper, lower + (upper - lower) * (rank - below) / inside), b
-
-
 class _Deriver:
     def __init__(self, prev: MetricsSnapshot | None, cur: MetricsSnapshot, long_tokens: float,
-                 very_long_tokens: float) -> None:
+                 very_long_tokens: float, gauge_stats: dict[str, GaugeStats] | None = None,
+                 min_requests: int = MIN_REQUESTS) -> None:
+        self.gauge_stats = gauge_stats if gauge_stats is not None else _instant_stats(prev, cur)
+        self.min_requests = min_requests
+        self.observed: dict[str, float] = {}  # signal -> requests (or tokens) behind it
         self.long_tokens = long_tokens
         self.very_long_tokens = very_long_tokens
         self.prev = prev
@@ -138,6 +122,28 @@ class _Deriver:
         return HistogramData(now.bounds, cum, now.sum - before.sum, now.count - before.count)
 
 
+def _instant_stats(prev: MetricsSnapshot | None, cur: MetricsSnapshot) -> dict[str, GaugeStats]:
+    """Gauge statistics from the two reads alone (when no longer window is given)."""
+    return gauge_stats([s for s in (prev, cur) if s is not None])
+
+
+def _window_gauges(d: _Deriver) -> None:
+    """Minimum, mean and maximum of running, waiting and KV usage over the window's reads."""
+    stats = d.gauge_stats
+    reads = max((g.reads for g in stats.values()), default=0)
+    for name, (gauge, stat) in WINDOW_GAUGE_SIGNALS.items():
+        g = stats.get(gauge)
+        if g is None:
+            d.none(name, d.reasons.get(gauge, f"no {gauge} gauge in the window's reads"))
+        else:
+            d.values[name] = float(getattr(g, stat))
+            d.reasons[name] = f"{stat} of {g.reads} reads over the window"
+    if reads:
+        d.values["gauge_reads"] = float(reads)
+    else:
+        d.none("gauge_reads", "no gauge read")
+
+
 def _gauges(d: _Deriver, config: EngineConfigView) -> None:
     cur = d.cur
     start = cur.gauges.get("process_start_time")
@@ -151,7 +157,7 @@ def _gauges(d: _Deriver, config: EngineConfigView) -> None:
     else:
         d.values["process_rss_bytes"] = rss
     if not cur.stats_enabled:
-        for name in ("running", "waiting", "kv_cache_usage"):
+        for name in ("running", "waiting", "kv_cache_usage", "gauge_reads", *WINDOW_GAUGE_SIGNALS):
             d.none(name, _STATS_OFF)
         return
     for name, exposed in _GAUGE_NAMES.items():
@@ -165,6 +171,7 @@ def _gauges(d: _Deriver, config: EngineConfigView) -> None:
         d.none("kv_cache_usage", "neither vllm:kv_cache_usage_perc nor vllm:gpu_cache_usage_perc in the scrape")
     else:
         d.values["kv_cache_usage"] = kv
+    _window_gauges(d)
 
 
 def _prefix_v0_gauge(d: _Deriver) -> bool:
@@ -244,6 +251,8 @@ def _latencies(d: _Deriver) -> None:
             for name in names:
                 d.none(name, f"no {latency} observations in window")
             continue
+        for name in names:
+            d.observed[name] = hist.cumulative[-1]
         for (label, q), name in zip(QUANTILES, names, strict=True):
             got = histogram_quantile(q, hist.bounds, hist.cumulative)
             if got is None:
@@ -263,46 +272,37 @@ def _latencies(d: _Deriver) -> None:
         return
     d.values["itl_cv"], note = _cv(itl)
     d.reasons["itl_cv"] = note
+    d.observed["itl_cv"] = itl.cumulative[-1]
 
 
-def _cv(h: HistogramData) -> tuple[float | None, str]:
-    mids: list[float] = []
-    counts: list[float] = []
-    previous_bound, previous_cum = 0.0, 0.0
-    inf_part = False
-    for bound, cum in zip(h.bounds, h.cumulative, strict=True):
-        n = cum - previous_cum
-        if n > 0:
-            if math.isinf(bound):
-                inf_part = True
-                mids.append(previous_bound)
-            else:
-                mids.append((previous_bound + bound) / 2)
-            counts.append(n)
-        previous_cum = max(previous_cum, cum)
-        if not math.isinf(bound):
-            previous_bound = bound
-    total = sum(counts)
-    first = _fmt(h.bounds[0] * 1000)
-    note = (f"estimated from bucket midpoints: bucket resolution limits it (first bound {first} ms; "
-            "spread inside a bucket is not seen)")
-    if inf_part:
-        note += "; +Inf observations counted at the highest bound"
-    mean = sum(m * n for m, n in zip(mids, counts, strict=True)) / total
-    if mean <= 0:
-        return None, note
-    var = sum(n * (m - mean) ** 2 for m, n in zip(mids, counts, strict=True)) / total
-    return math.sqrt(var) / mean, note
+SEQ_CAP_UNKNOWN = ("max_num_seqs unknown: vLLM does not export it; give it in the config (max_num_seqs), run the "
+                   "engine with VLLM_SERVER_DEV_MODE=1 for /server_info, or --log with its start-up config line; "
+                   "running was not seen held at a cap while requests waited")
+
+
+def _seq_cap(d: _Deriver, config: EngineConfigView, engines: int) -> tuple[float, str] | None:
+    """The sequence cap: declared or read (max_num_seqs), else seen (running held at one value while requests
+    wait); never guessed."""
+    if config.max_num_seqs:
+        cap = float(config.max_num_seqs * engines)
+        d.values["seq_cap"] = cap
+        d.reasons["seq_cap"] = f"max_num_seqs {config.max_num_seqs}" + (f" x {engines} DP ranks" if engines > 1 else "")
+        return cap, d.reasons["seq_cap"]
+    seen = pinned_cap(d.gauge_stats, preempting=(d.values.get("preemptions_per_s") or 0.0) > 0)
+    if seen is None:
+        d.none("seq_cap", SEQ_CAP_UNKNOWN)
+        return None
+    d.values["seq_cap"] = float(seen[0])
+    d.reasons["seq_cap"] = "observed: " + seen[1]
+    return float(seen[0]), d.reasons["seq_cap"]
 
 
 def _utilization(d: _Deriver, config: EngineConfigView) -> None:
     cur = d.cur
     engines = engine_count(cur)
     cache = cur.info.get("cache_config", {})
-    caps: list[tuple[float, str]] = []
-    if config.max_num_seqs:
-        caps.append((config.max_num_seqs * engines, f"max_num_seqs {config.max_num_seqs}"
-                     + (f" x {engines} DP ranks" if engines > 1 else "")))
+    seq_cap = _seq_cap(d, config, engines)
+    caps: list[tuple[float, str]] = [seq_cap] if seq_cap else []
     blocks = config.num_gpu_blocks or _int(cache.get("num_gpu_blocks"))
     block_size = config.block_size or _int(cache.get("block_size"))
     prompt = d.hist_delta("prompt_len")
@@ -315,15 +315,20 @@ def _utilization(d: _Deriver, config: EngineConfigView) -> None:
                                f"tokens / {_fmt(round(per_request, 1))} tokens per request)"))
     if config.router_max_in_flight:
         caps.append((float(config.router_max_in_flight), f"router max in flight {config.router_max_in_flight}"))
+    running_stats = d.gauge_stats.get("running")
     running = d.values.get("running")
+    if running_stats is not None and running_stats.reads > 1:
+        running, how = running_stats.mean, f"mean running of {running_stats.reads} reads"
+    else:
+        how = "running"
     if running is None:
         d.none("batch_utilization", "no running gauge")
-    elif not caps:
-        d.none("batch_utilization", "no cap known: give max_num_seqs (config or /server_info) or KV capacity")
+    elif seq_cap is None:
+        d.none("batch_utilization", SEQ_CAP_UNKNOWN)
     else:
         cap, why = min(caps, key=lambda c: c[0])
         d.values["batch_utilization"] = running / cap if cap > 0 else None
-        d.reasons["batch_utilization"] = f"running / {_fmt(round(cap, 1))} ({why})"
+        d.reasons["batch_utilization"] = f"{how} / {_fmt(round(cap, 1))} ({why})"
     iteration = d.hist_delta("iteration_tokens")
     if d.prev is None:
         d.none("token_budget_utilization", ONE_SAMPLE)
@@ -346,25 +351,6 @@ def _int(raw: str | None) -> int | None:
     return value if value and value > 0 else None
 
 
-def _share_at_or_above(h: HistogramData, threshold: float) -> tuple[float, str]:
-    """Share of observations >= threshold, the cumulative count interpolated linearly between bounds."""
-    total = h.cumulative[-1]
-    previous_bound, previous_cum = 0.0, 0.0
-    for bound, cum in zip(h.bounds, h.cumulative, strict=True):
-        if math.isinf(bound):
-            share = (total - previous_cum) / total
-            return share, (f"threshold {_fmt(threshold)} is above the highest bound {_fmt(previous_bound)}: "
-                           "upper bound (share above that bound)")
-        if threshold <= bound:
-            below = previous_cum + (cum - previous_cum) * (threshold - previous_bound) / (bound - previous_bound)
-            exact = threshold in (bound, previous_bound)
-            how = "at a bucket bound" if exact else (
-                f"interpolated linearly inside the ({_fmt(previous_bound)}, {_fmt(bound)}] bucket")
-            return max(0.0, (total - below) / total), f"prompts >= {_fmt(threshold)} tokens, {how}"
-        previous_bound, previous_cum = bound, cum
-    return 0.0, "no buckets"
-
-
 def _lengths(d: _Deriver) -> None:
     prompt = d.hist_delta("prompt_len")
     prefill = d.hist_delta("prefill")
@@ -376,13 +362,16 @@ def _lengths(d: _Deriver) -> None:
         d.none("prefill_s_per_token", "no prefill-time histogram (vllm:request_prefill_time_seconds)")
     else:
         d.values["prefill_s_per_token"] = prefill.sum / prompt.sum
+        d.observed["prefill_s_per_token"] = prompt.cumulative[-1]
     for name, threshold in (("long_prompt_share", d.long_tokens), ("very_long_prompt_share", d.very_long_tokens)):
-        d.values[name], d.reasons[name] = _share_at_or_above(prompt, threshold)
+        d.values[name], d.reasons[name] = share_at_or_above(prompt, threshold)
+        d.observed[name] = prompt.cumulative[-1]
 
 
 def _errors(d: _Deriver, finished: dict[str, float], total: float) -> None:
     if total > 0:
         d.values["abort_rate"] = finished.get("abort", 0.0) / total
+        d.observed["abort_rate"] = total
     else:
         d.none("abort_rate", "no finished requests in window")
     http = d.delta_group("http_requests")
@@ -393,12 +382,14 @@ def _errors(d: _Deriver, finished: dict[str, float], total: float) -> None:
         http_total = sum(http.values())
         if http_total > 0:
             shares.append((http.get("5xx", 0.0) / http_total, "5xx share of generation requests"))
+            d.observed["error_rate"] = http_total
         else:
             why.append("no generation HTTP requests in window")
     assert d.prev is not None
     has_error = "request_success{error}" in d.cur.counters or "request_success{error}" in d.prev.counters
     if has_error and total > 0:
         shares.append((finished.get("error", 0.0) / total, "finished_reason=error share"))
+        d.observed["error_rate"] = max(d.observed.get("error_rate", 0.0), total)
     if shares:
         value, how = max(shares, key=lambda s: s[0])
         d.values["error_rate"] = value
@@ -411,19 +402,24 @@ def _errors(d: _Deriver, finished: dict[str, float], total: float) -> None:
         d.none("error_rate", "no requests in window")
 
 
-def derive_metrics_signals(
-    prev: MetricsSnapshot | None,
-    cur: MetricsSnapshot,
-    config: EngineConfigView,
-    *,
-    long_prompt_tokens: int = 5120,
-    very_long_prompt_tokens: int = 8192,
-) -> tuple[Values, Reasons]:
-    """Every metrics signal over (prev, cur]: values (None where unknown) and reasons/caveats.
+@dataclass(frozen=True)
+class Derived:
+    """The metrics signals of one window: values (None where unknown), reasons and caveats, and the
+    request-based signals built from too few requests to judge (name -> requests behind it)."""
 
-    With `prev` None only the gauges are read; rates carry the reason "one sample: rates need two".
-    """
-    d = _Deriver(prev, cur, long_prompt_tokens, very_long_prompt_tokens)
+    values: Values
+    reasons: Reasons
+    weak: dict[str, float] = field(default_factory=dict)
+
+
+def derive_window(prev: MetricsSnapshot | None, cur: MetricsSnapshot, config: EngineConfigView, *,
+                  long_prompt_tokens: int = 5120, very_long_prompt_tokens: int = 8192,
+                  gauges: dict[str, GaugeStats] | None = None, resets: Sequence[str] = (),
+                  min_requests: int = MIN_REQUESTS) -> Derived:
+    """Every metrics signal over (prev, cur]. `gauges`: the gauges over the window's reads (default: the
+    two reads alone); `resets`: counter resets a longer window saw between its snapshots."""
+    d = _Deriver(prev, cur, long_prompt_tokens, very_long_prompt_tokens, gauges, min_requests)
+    d.resets.extend(resets)
     _gauges(d, config)
     problem = d.rate_problem()
     if problem is None:
@@ -439,7 +435,33 @@ def derive_metrics_signals(
             d.reasons["uptime_s"] += f"; a counter reset shows a restart within the last {_fmt(d.window)} s"
         d.reasons["counter_reset"] = ("counter reset (engine restart?): " + "; ".join(d.resets[:6])
                                       + ": the new value is taken as the increase since the reset")
-    return {name: d.values[name] for name in METRICS_SIGNALS}, d.reasons
+    weak: dict[str, float] = {}
+    for name, n in d.observed.items():
+        floor = (MIN_TOKENS if name.endswith("_itl_s") or name == "itl_cv" else
+                 MIN_REQUESTS_FOR_MEAN if name == "prefill_s_per_token" else min_requests)
+        if d.values.get(name) is not None and n < floor:
+            weak[name] = n
+            unit = "inter-token gaps" if floor == MIN_TOKENS else "requests"
+            d.reasons[name] = (f"from only {_fmt(n)} {unit} in the window (fewer than {floor}): too few to judge; "
+                               + d.reasons.get(name, "")).rstrip("; ")
+    return Derived({name: d.values[name] for name in METRICS_SIGNALS}, d.reasons, weak)
+
+
+def derive_metrics_signals(
+    prev: MetricsSnapshot | None,
+    cur: MetricsSnapshot,
+    config: EngineConfigView,
+    *,
+    long_prompt_tokens: int = 5120,
+    very_long_prompt_tokens: int = 8192,
+) -> tuple[Values, Reasons]:
+    """Every metrics signal over (prev, cur]: values (None where unknown) and reasons/caveats.
+
+    With `prev` None only the gauges are read; rates carry the reason "one sample: rates need two".
+    """
+    got = derive_window(prev, cur, config, long_prompt_tokens=long_prompt_tokens,
+                        very_long_prompt_tokens=very_long_prompt_tokens)
+    return got.values, got.reasons
 
 
 def latest_gauges(cur: MetricsSnapshot, config: EngineConfigView | None = None) -> tuple[Values, Reasons]:

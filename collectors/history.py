@@ -7,19 +7,16 @@ None values are not stored. A corrupt file is kept as `<path>.corrupt` and histo
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import math
-import os
-import shutil
 import statistics
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from collectors.jsonfile import keep_corrupt, locked, read_text, write_atomic
 
 log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
@@ -39,24 +36,13 @@ class SignalHistory:
         self.clock = clock
         self.problems: list[str] = []  # messages about a corrupt or unreadable file
 
-    @contextlib.contextmanager
-    def _locked(self, exclusive: bool) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
     def _read(self) -> Entries:
         try:
-            raw = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
+            raw = read_text(self.path)
         except (OSError, UnicodeDecodeError) as exc:
             return self._corrupt(f"cannot read: {exc}")
+        if raw is None:
+            return {}
         try:
             doc = json.loads(raw)
             if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
@@ -69,9 +55,7 @@ class SignalHistory:
             return self._corrupt(f"{type(exc).__name__}: {exc}")
 
     def _corrupt(self, why: str) -> Entries:
-        keep = self.path.with_name(self.path.name + ".corrupt")
-        with contextlib.suppress(OSError):
-            shutil.copyfile(self.path, keep)
+        keep = keep_corrupt(self.path)
         message = f"signal history {self.path} is corrupt ({why}); kept a copy as {keep} and started afresh"
         self.problems.append(message)
         log.warning(message)
@@ -80,17 +64,7 @@ class SignalHistory:
     def _write(self, entries: Entries) -> None:
         doc: dict[str, Any] = {"version": FORMAT_VERSION,
                                "engines": {e: [[t, v] for t, v in rows] for e, rows in entries.items()}}
-        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(doc, handle, separators=(",", ":"))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, doc)
 
     def _prune(self, entries: Entries, now: float) -> None:
         cutoff = now - self.max_age_s
@@ -105,7 +79,7 @@ class SignalHistory:
         """Record one run's signals for an engine (None and non-finite values are skipped)."""
         kept = {k: float(v) for k, v in values.items()
                 if v is not None and not isinstance(v, bool) and math.isfinite(float(v))}
-        with self._locked(exclusive=True):
+        with locked(self.path, exclusive=True):
             entries = self._read()
             rows = entries.setdefault(engine, [])
             rows.append((float(timestamp), kept))
@@ -114,7 +88,7 @@ class SignalHistory:
             self._write(entries)
 
     def _load(self) -> Entries:
-        with self._locked(exclusive=False):
+        with locked(self.path, exclusive=False):
             return self._read()
 
     def series(self, engine: str, signal: str, since_s: float) -> list[tuple[float, float]]:

@@ -73,6 +73,9 @@ class Event:
 # Every signal the collectors derive, in report order. Values are float | None unless noted.
 SIGNAL_NAMES: tuple[str, ...] = (
     "uptime_s", "qps", "prompt_tokens_per_s", "generation_tokens_per_s", "running", "waiting",
+    # gauges over the window's reads (the instant values above are the newest read)
+    "running_min", "running_max", "waiting_min", "waiting_mean", "waiting_max", "kv_cache_usage_mean",
+    "kv_cache_usage_max", "gauge_reads", "seq_cap", "generation_idle_s",
     "batch_utilization", "token_budget_utilization", "kv_cache_usage", "prefix_cache_hit_rate",
     "preemptions_per_s",
     "p50_e2e_s", "p95_e2e_s", "p99_e2e_s", "p50_ttft_s", "p95_ttft_s", "p99_ttft_s",
@@ -95,9 +98,14 @@ class Signals:
     values: Mapping[str, float | None] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)  # why a value is None, or a caveat
     events: tuple[Event, ...] = ()
+    # signals computed from too few requests to judge (a share or quantile of a handful): name -> requests
+    weak: Mapping[str, float] = field(default_factory=dict)
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
+
+    def is_weak(self, name: str) -> bool:
+        return name in self.weak
 
     def to_dict(self) -> dict[str, Any]:
         """The `signals` object of the report: every name present, null with a reason when missing."""
@@ -107,6 +115,8 @@ class Signals:
         extra = {k: v for k, v in self.values.items() if k not in SIGNAL_NAMES}
         out.update(extra)
         out["reasons"] = {k: v for k, v in self.reasons.items()}
+        if self.weak:
+            out["too_few_requests"] = {k: v for k, v in self.weak.items()}
         return out
 
 

@@ -26,8 +26,10 @@ from collectors.combine import EngineReading, build_signals
 from collectors.gpu import DcgmSource, GpuReader, engine_fb_bytes, gpu_signals
 from collectors.logs import parse_line, parse_stats, recognize
 from collectors.scrape import ScrapeError, parse_metrics
-from collectors.types import EngineConfigView, Event, Sample, Signals
+from collectors.types import EngineConfigView, Event, MetricsSnapshot, Sample, Signals
+from collectors.window import window_chain
 from doctor.pipeline import DefaultSettings, build_views, run_playbooks
+from doctor.reading import WIDE_WINDOWS
 from doctor.rules import load_playbooks
 from playbooks.base import Playbook
 from playbooks.evaluate import evaluate
@@ -191,6 +193,7 @@ class _Watch:
     events: list[Event] = field(default_factory=list)
     prev_metrics: Sample | None = None
     fb_baseline: float | None = None
+    snapshots: list[MetricsSnapshot] = field(default_factory=list)  # what a state directory keeps for cron runs
 
 
 def _config_from_argv(argv: Sequence[str], env: Mapping[str, str]) -> EngineConfigView:
@@ -209,18 +212,36 @@ class Observer:
         self.watches = {e.name: _Watch(e.name, e.role, _config_from_argv(e.argv, e.env)) for e in scenario.engines}
         for w in self.watches.values():
             w.prev_metrics = self._metrics(w.name)
+            if w.prev_metrics.metrics is not None:
+                w.snapshots.append(w.prev_metrics.metrics)
 
-    def read_signals(self, window_s: float, history: MemoryHistory, *,
-                     long_prompt_tokens: int) -> tuple[list[EngineReading], dict[str, Signals]]:
-        """One diagnose run's readings and signals; the signals of engines whose /metrics answered go to `history`."""
+    def read_signals(self, window_s: float, history: MemoryHistory, *, long_prompt_tokens: int,
+                     judge_s: float = 60.0) -> tuple[list[EngineReading], dict[str, Signals]]:
+        """One diagnose run's readings and signals, judged over `judge_s` from the snapshots earlier runs kept
+        (collectors.window, as the state directory's snapshot store gives cron runs); the signals of engines
+        whose /metrics answered go to `history`."""
         now = self.h.now
         readings = self.read(window_s)
         signals: dict[str, Signals] = {}
         for r in readings:
-            signals[r.name] = build_signals(r, window_s=window_s, long_prompt_tokens=long_prompt_tokens)
+            chain, wide = self._chains(r, judge_s)
+            signals[r.name] = build_signals(r, window_s=window_s, long_prompt_tokens=long_prompt_tokens, chain=chain,
+                                            wide_chain=wide)
             if r.last_ok("metrics") is not None:
                 history.append(r.name, now, signals[r.name].values)
         return readings, signals
+
+    def _chains(self, reading: EngineReading, judge_s: float
+                ) -> tuple[list[MetricsSnapshot] | None, list[MetricsSnapshot] | None]:
+        w = self.watches.get(reading.name)
+        cur = reading.last_ok("metrics")
+        if w is None or cur is None or cur.metrics is None:
+            return None, None
+        chain = window_chain(w.snapshots, cur.metrics, judge_s)
+        wide = window_chain(w.snapshots, cur.metrics, WIDE_WINDOWS * judge_s)
+        w.snapshots = [*(s for s in w.snapshots if s.timestamp >= cur.metrics.timestamp - 2 * WIDE_WINDOWS * judge_s),
+                       cur.metrics]
+        return chain, wide
 
     def watch(self, name: str, role: str | None, argv: Sequence[str], env: dict[str, str], fresh: bool) -> None:
         """Follow a relaunch (new flags) or a new replica (a new engine to read); `fresh`: a new process, so its
@@ -233,10 +254,13 @@ class Observer:
         if w is None:
             w = self.watches[name] = _Watch(name, role or "", _config_from_argv(argv, env))
             w.prev_metrics = self._metrics(name)
+            if w.prev_metrics.metrics is not None:
+                w.snapshots.append(w.prev_metrics.metrics)
         else:
             w.config = _config_from_argv(argv, env)
         if fresh:
             w.fb_baseline = None
+            w.snapshots = []
 
     def _metrics(self, name: str) -> Sample:
         t = self.h.now

@@ -177,6 +177,8 @@ class DoctorConfig:
     mode: Mode = "observe"
     timeout_s: float = 30.0
     sample_s: float = 5.0
+    window_s: float = 60.0  # what each run judges: rates, shares and percentiles over this long (earlier runs' reads)
+    min_requests: int = 10  # a share or percentile from fewer requests than this is too few to judge
     request_timeout_s: float = 5.0
     verify_s: float = 120.0
     long_prompt_tokens: int = 5120
@@ -267,9 +269,9 @@ def merge_flags(config: DoctorConfig, engines_from_flags: Sequence[EngineRef]) -
 
 TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router", "prometheus", "escalation",
             "maintenance", "bounds")
-DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "request_timeout_s", "verify_s", "long_prompt_tokens",
-               "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget", "fleet_breaker_ratio",
-               "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
+DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
+               "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
+               "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
 ENGINE_KEYS = ("name", "role", "url", "log", "log_command", "gpus", "dcgm", "selector", "launcher", *ENGINE_ARGS,
                "gpu_memory_utilization", "slo", "thresholds", "playbooks")
 
@@ -335,6 +337,8 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         path=path, state_dir=_file(state_dir, path),
         mode=cast(Mode, d.string("mode", "observe", choices=MODES)),
         timeout_s=cast(float, d.duration("timeout_s", 30.0)), sample_s=cast(float, d.duration("sample_s", 5.0)),
+        window_s=cast(float, d.duration("window_s", 60.0)),
+        min_requests=cast(int, d.integer("min_requests", 10, minimum=1, maximum=100_000)),
         request_timeout_s=cast(float, d.duration("request_timeout_s", 5.0)),
         verify_s=cast(float, d.duration("verify_s", 120.0)),
         long_prompt_tokens=long_tokens, very_long_prompt_tokens=very_long,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from doctor.pipeline import PlaybookSettings
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNUSABLE = 0, 1, 2, 3
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: pending conditions, finding status, windows per engine
 FAIL_ON = ("warning", "critical", "never")
 
 
@@ -54,7 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU indices the engine runs on (NVML on this host)")
     p.add_argument("--prometheus", metavar="URL", help="read history from this Prometheus server")
     p.add_argument("--router", metavar="URL", help="the hot/cold router in front of the engines (its /metrics)")
-    p.add_argument("--sample", help="window between the two direct reads (default 5s)")
+    p.add_argument("--sample", help="between the two direct reads of each engine (default 5s); a first run judges "
+                   "only this")
+    p.add_argument("--window", help="what each run judges: rates, shares and percentiles over this long, opened by "
+                   "earlier runs' reads kept in the state directory (default 1m, like PromQL's rate(...[1m]))")
     p.add_argument("--since", help="with --prometheus: judge this much history instead of sampling (e.g. 15m)")
     p.add_argument("--timeout", help="give up after this long overall (default 30s)")
     p.add_argument("--request-timeout", help="timeout of each HTTP read (default 5s)")
@@ -88,6 +91,8 @@ class Options:
     long_prompt_tokens: int
     very_long_prompt_tokens: int
     fail_on: str = "warning"
+    window_s: float = 60.0
+    min_requests: int = 10
     settings: PlaybookSettings | None = None
     router: str | None = None
     fix: bool = False
@@ -109,7 +114,8 @@ def parse_options(argv: Sequence[str]) -> Options:
         except ConfigError as exc:
             raise UsageError(f"doctor diagnose: {exc}") from None
         cfg_engines = list(settings.engine_refs())
-        defaults = {"sample_s": settings.sample_s, "timeout_s": settings.timeout_s,
+        defaults = {"sample_s": settings.sample_s, "timeout_s": settings.timeout_s, "window_s": settings.window_s,
+                    "min_requests": settings.min_requests,
                     "prometheus": settings.prometheus_url, "state_dir": settings.state_dir,
                     "long_prompt_tokens": settings.long_prompt_tokens,
                     "very_long_prompt_tokens": settings.very_long_prompt_tokens,
@@ -118,6 +124,7 @@ def parse_options(argv: Sequence[str]) -> Options:
         flag_engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
         engines = _merge_engines(cfg_engines, flag_engines)
         sample_s = parse_duration(ns.sample or defaults.get("sample_s", "5s"))
+        window_s = parse_duration(ns.window or defaults.get("window_s", "1m"))
         since_s = parse_duration(ns.since) if ns.since else None
         timeout_s = parse_duration(ns.timeout or defaults.get("timeout_s", "30s"))
         request_timeout_s = parse_duration(ns.request_timeout or defaults.get("request_timeout_s", "5s"))
@@ -130,6 +137,8 @@ def parse_options(argv: Sequence[str]) -> Options:
         raise UsageError("doctor diagnose: error: --since needs --prometheus URL (history comes from Prometheus)")
     if timeout_s <= 0:
         raise UsageError("doctor diagnose: error: --timeout must be > 0")
+    if window_s <= 0:
+        raise UsageError("doctor diagnose: error: --window must be > 0")
     if sample_s >= timeout_s:
         raise UsageError(f"doctor diagnose: error: --sample ({sample_s:g}s) must be shorter than "
                          f"--timeout ({timeout_s:g}s)")
@@ -145,7 +154,8 @@ def parse_options(argv: Sequence[str]) -> Options:
                    state_dir, not ns.no_history,
                    ns.long_prompt_tokens or int(defaults.get("long_prompt_tokens", 5120)),
                    ns.very_long_prompt_tokens or int(defaults.get("very_long_prompt_tokens", 8192)),
-                   ns.fail_on, settings, ns.router or defaults.get("router"), ns.fix, ns.yes,
+                   ns.fail_on, max(window_s, sample_s), int(defaults.get("min_requests", 10)), settings,
+                   ns.router or defaults.get("router"), ns.fix, ns.yes,
                    min(verify_wait_s, max(0.0, timeout_s - 2 * sample_s - 1)))
 
 
@@ -171,12 +181,12 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     # Imported here so that `doctor diagnose --help` stays fast.
     from doctor import __version__
     from doctor.pipeline import build_views, run_playbooks
-    from doctor.reading import EngineHistory, default_state_dir, open_history, read_all, record_history
+    from doctor.reading import EngineHistory, default_state_dir, open_history, open_store, read_all, record_history
     from doctor.state import StateDir
 
     history = open_history(opts)
     started = clock()
-    results = await read_all(opts, history, clock=clock)
+    results = await read_all(opts, history, clock=clock, store=open_store(opts))
     now = clock()
     state_dir = StateDir(opts.state_dir or default_state_dir())
     remediator = _remediator(opts, state_dir.path) if opts.fix else None
@@ -192,8 +202,9 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
                         settings=opts.settings,
                         history_for=(lambda name: EngineHistory(history, name)) if history else None,
                         in_progress=lambda name: name in in_progress)
+    pending: list[Any] = []
     findings = run_playbooks(views, state, now=now, settings=opts.settings,
-                             window_is_history=opts.since_s is not None)
+                             window_is_history=opts.since_s is not None, pending=pending)
     if opts.history:
         state_dir.save_json("playbooks.json", state)
     record_history(history, results, now)
@@ -218,6 +229,8 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     for r in results:
         described = r.describe()
         described["findings"] = [f.to_dict() for f in findings if f.engine == r.ref.name]
+        described["pending"] = [f.to_dict() for f in pending if f.engine == r.ref.name]
+        described["window_s"] = round(r.signals.window_s, 3)
         described["change_in_progress"] = r.ref.name in in_progress
         engines.append(described)
     from playbooks.model import worst
@@ -226,9 +239,11 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
         "schema_version": SCHEMA_VERSION,
         "generated_at": iso(now),
         "doctor_version": __version__,
-        "window_s": round(now - started, 3) if opts.since_s is None else opts.since_s,
+        "window_s": (round(max([r.signals.window_s for r in results] + [now - started]), 3)
+                     if opts.since_s is None else opts.since_s),
         "status": worst(findings) if readable else "unknown",
         "findings": [f.to_dict() for f in findings],
+        "pending": [f.to_dict() for f in pending],
         **({"actions": actions} if opts.fix else {}),
         "engines": engines,
     }

@@ -61,8 +61,9 @@ def build_views(readings: Sequence[EngineReading], signals: Mapping[str, Signals
 
 
 def run_playbooks(views: Sequence[EngineView], state: MutableMapping[str, dict[str, Any]], *, now: float,
-                  settings: PlaybookSettings | None = None, window_is_history: bool = False) -> list[Finding]:
-    """Evaluate every enabled playbook with the config's thresholds."""
+                  settings: PlaybookSettings | None = None, window_is_history: bool = False,
+                  pending: list[Finding] | None = None) -> list[Finding]:
+    """Evaluate every enabled playbook with the config's thresholds (pending conditions into `pending`)."""
     settings = settings or DefaultSettings()
 
     def params(pb: Playbook, engine: str) -> Mapping[str, float]:
@@ -71,4 +72,5 @@ def run_playbooks(views: Sequence[EngineView], state: MutableMapping[str, dict[s
     def enabled(pb: Playbook, engine: str) -> bool:
         return settings.playbook_enabled(pb.id, engine)
 
-    return evaluate(views, state, now=now, params_for=params, enabled=enabled, window_is_history=window_is_history)
+    return evaluate(views, state, now=now, params_for=params, enabled=enabled, window_is_history=window_is_history,
+                    pending=pending)

@@ -21,11 +21,12 @@ from collectors.combine import EngineReading, build_signals, describe, detection
 from collectors.httpsource import read_engine
 from collectors.names import Detection
 from collectors.routersource import RouterSnapshot, derive_router_signals, read_router
-from collectors.types import EngineConfigView, Sample, Signals
+from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
 from doctor.engines import EngineRef
 
 if TYPE_CHECKING:
     from collectors.history import SignalHistory
+    from collectors.snapstore import SnapshotStore
     from doctor.diagnose import Options
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
@@ -154,8 +155,39 @@ def open_history(opts: Options) -> SignalHistory | None:
     return SignalHistory((opts.state_dir or default_state_dir()) / "history.json")
 
 
+def open_store(opts: Options) -> SnapshotStore | None:
+    """The raw snapshots earlier runs left (direct reads only: Prometheus keeps its own history)."""
+    if not opts.history or opts.since_s is not None:
+        return None
+    from collectors.snapstore import SnapshotStore
+
+    return SnapshotStore((opts.state_dir or default_state_dir()) / "snapshots.json",
+                         max_age_s=max(1200.0, 2 * WIDE_WINDOWS * opts.window_s))
+
+
+WIDE_WINDOWS = 5  # a low-rate engine's request-based signals may be judged over up to this many windows
+
+
+def _window_chains(store: SnapshotStore | None, ref: EngineRef, reading: EngineReading, window_s: float
+                   ) -> tuple[list[MetricsSnapshot] | None, list[MetricsSnapshot] | None]:
+    """This run's reads after the earlier runs' kept snapshots, from the one nearest `window_s` old (and the
+    one nearest WIDE_WINDOWS windows old); this run's reads are kept for the next runs."""
+    from collectors.window import window_chain
+
+    own = [s.metrics for s in reading.of("metrics") if s.error is None and s.metrics is not None]
+    if store is None or not own:
+        return None, None
+    earlier = [s for s in store.load(ref.name, ref.url) if s.timestamp < own[0].timestamp]
+    store.save(ref.name, ref.url, own)
+    if store.problems:
+        reading.errors_extra.extend(store.problems)
+        store.problems.clear()
+    kept = [*earlier, *own[:-1]]
+    return window_chain(kept, own[-1], window_s), window_chain(kept, own[-1], WIDE_WINDOWS * window_s)
+
+
 async def read_all(opts: Options, history: SignalHistory | None, *,
-                   clock: Callable[[], float] = time.time) -> list[EngineResult]:
+                   clock: Callable[[], float] = time.time, store: SnapshotStore | None = None) -> list[EngineResult]:
     """Read all engines over `opts.sample_s` (or from Prometheus over `opts.since_s`)."""
     readings = {e.name: EngineReading(e.name, e.role, e.url, config=_config_view(e)) for e in opts.engines}
     started = clock()
@@ -201,8 +233,10 @@ async def read_all(opts: Options, history: SignalHistory | None, *,
     out = []
     for ref in opts.engines:
         reading = readings[ref.name]
+        chain, wide = await asyncio.to_thread(_window_chains, store, ref, reading, opts.window_s)
         signals = build_signals(reading, window_s=window, long_prompt_tokens=opts.long_prompt_tokens,
-                                very_long_prompt_tokens=opts.very_long_prompt_tokens)
+                                very_long_prompt_tokens=opts.very_long_prompt_tokens, chain=chain,
+                                min_requests=opts.min_requests, wide_chain=wide)
         out.append(EngineResult(ref, reading, signals, detection_of(reading)))
     return out
 

@@ -58,14 +58,27 @@ class EngineView:
     templates_configured: bool = False
     slo: Mapping[str, float] = field(default_factory=dict)  # e.g. p99_ttft_s, p99_e2e_s
     change_in_progress: bool = False  # the doctor itself is acting on this engine
+    show_weak: bool = False  # see signals built from too few requests (only to report a pending condition)
 
     @property
     def window_s(self) -> float:
         return self.signals.window_s
 
     def value(self, signal: str) -> float | None:
+        """The signal's value; None when unknown, or built from too few requests to judge."""
         v = self.signals.get(signal)
-        return None if v is None else float(v)
+        if v is None or (not self.show_weak and self.signals.is_weak(signal)):
+            return None
+        return float(v)
+
+    def pick(self, *signals: str) -> str:
+        """The first of `signals` with a value (e.g. a gauge over the window, else its newest read)."""
+        return next((s for s in signals if self.value(s) is not None), signals[0])
+
+    def cap_binds(self) -> bool:
+        """Running held at the known sequence cap in every read of the window while requests waited."""
+        cap, low, waiting = self.value("seq_cap"), self.value("running_min"), self.value("waiting_min")
+        return cap is not None and low is not None and waiting is not None and low >= cap and waiting >= 1
 
     @property
     def events(self) -> tuple[Event, ...]:

@@ -13,7 +13,8 @@ class BatchUnderutilized(Playbook):
     id = "batch_underutilized"
     title = "Batches under-filled"
     severity = "info"
-    signals = ("batch_utilization", "waiting", "kv_cache_usage")
+    signals = ("batch_utilization", "waiting_mean", "waiting", "kv_cache_usage_max", "kv_cache_usage",
+               "preemptions_per_s")
     alerts = ("VllmBatchUnderutilized",)
     defaults: ClassVar[dict[str, float]] = {
         "batch_utilization_ratio": 0.65,  # the seed article's target: batch utilization above 65%
@@ -24,8 +25,11 @@ class BatchUnderutilized(Playbook):
     }
     for_s = 120.0
     runbook = """\
-**What it means.** Running sequences fill less than 65% of the effective cap (the smallest of
-`max_num_seqs`, the KV capacity in sequences and the router's max in flight) while requests are waiting.
+**What it means.** Running sequences (their mean over the window's reads) fill less than 65% of the
+effective cap (the smallest of `max_num_seqs`, the KV capacity in sequences and the router's max in
+flight) while requests are waiting. vLLM does not export `max_num_seqs`: the doctor takes it from the
+config, `/server_info` (dev mode) or the start-up log, or sees it (running held at one value while
+requests wait); without it the utilisation is unknown and this playbook does not judge.
 The engine could batch more work per step and does not: admission releases requests in small groups,
 or the router caps the engine below what it can hold. Throughput per GPU is lower than it could be;
 nobody is hurt yet. Waiting with a nearly full KV cache is `kv_pressure`, not this.
@@ -40,22 +44,22 @@ router's max in flight for the engine (never above `max_num_seqs`).
 """
 
     def check(self, view: EngineView) -> Condition | None:
-        if view.change_in_progress:
-            return None
-        batch = view.below("batch_utilization", "batch_utilization_ratio")
-        waiting = view.above("waiting", "waiting")
+        if view.change_in_progress or view.cap_binds():
+            return None  # running held at the sequence cap: full batches, not under-filled ones
+        batch = view.below("batch_utilization", "batch_utilization_ratio")  # unknown without the sequence cap
+        waiting = view.above(view.pick("waiting_mean", "waiting"), "waiting")
         if batch is None or waiting is None:
             return None
-        kv = view.value("kv_cache_usage")
-        if kv is not None and kv >= view.params["kv_usage_ratio"]:
+        kv = view.value(view.pick("kv_cache_usage_max", "kv_cache_usage"))
+        if (kv is not None and kv >= view.params["kv_usage_ratio"]) or (view.value("preemptions_per_s") or 0) > 0:
             return None  # the waiting is KV-bound: kv_pressure's finding, not a batching chance
         cap_note = view.signals.reasons.get("batch_utilization", "against the effective cap")
         evidence = (Evidence("batch_utilization", batch.value, batch.threshold, view.window_s, "<", cap_note),
-                    Evidence("waiting", waiting.value, waiting.threshold, view.window_s, ">", "work waits"))
+                    Evidence(waiting.signal, waiting.value, waiting.threshold, view.window_s, ">", "work waits"))
         supporting: tuple[Evidence, ...] = ()
         if kv is not None:
-            supporting = (Evidence("kv_cache_usage", kv, view.params["kv_usage_ratio"], view.window_s, "<",
-                                   "KV has room: the waiting is not KV-bound"),)
+            supporting = (Evidence(view.pick("kv_cache_usage_max", "kv_cache_usage"), kv, view.params["kv_usage_ratio"],
+                                   view.window_s, "<", "KV has room: the waiting is not KV-bound"),)
         return Condition(f"batches {batch.value:.0%} full while {waiting.value:g} requests wait",
                          (*evidence, *supporting), agreeing=2 + len(supporting), considered=3)
 

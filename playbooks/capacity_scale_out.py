@@ -13,7 +13,7 @@ class CapacityScaleOut(Playbook):
     id = "capacity_scale_out"
     title = "Capacity: scale out"
     severity = "warning"
-    signals = ("qps", "batch_utilization", "waiting", "kv_cache_usage")
+    signals = ("qps", "batch_utilization", "waiting_mean", "waiting", "kv_cache_usage_max", "kv_cache_usage")
     alerts = ("VllmCapacityScaleOut",)
     defaults: ClassVar[dict[str, float]] = {
         "qps": 100.0,  # requests per second one machine should carry
@@ -56,8 +56,10 @@ a replica behind the router. When the slots are full with KV to spare, relaunchi
             parts.append(f"{qps.value:.4g} requests/s on one engine (> {p['qps']:g})")
         if slots is not None:
             evidence.extend(slots)
-            parts.append(f"sequence slots full ({slots[0].value:.0%}) with requests waiting and KV at "
-                         f"{slots[2].value:.0%}")
+            cap = view.value("seq_cap")
+            limit = f": the sequence cap ({cap:g}) is the limit" if cap is not None and view.cap_binds() else ""
+            parts.append(f"sequence slots full ({float(slots[0].value or 0):.0%}) with requests waiting and KV at "
+                         f"{float(slots[2].value or 0):.0%}{limit}")
         agreeing = (1 if qps is not None else 0) + (1 if slots is not None else 0)
         return Condition("; ".join(parts), tuple(evidence), agreeing=agreeing, considered=2,
                          details={"cause": "both" if qps and slots else ("qps" if qps else "slots")})
@@ -66,8 +68,9 @@ a replica behind the router. When the slots are full with KV to spare, relaunchi
         """Batch utilization at the cap, requests waiting, KV under the headroom threshold (all three known)."""
         p = view.params
         batch = view.value("batch_utilization")
-        kv = view.value("kv_cache_usage")
-        waiting = view.above("waiting", "waiting")
+        kv_signal = view.pick("kv_cache_usage_max", "kv_cache_usage")
+        kv = view.value(kv_signal)
+        waiting = view.above(view.pick("waiting_mean", "waiting"), "waiting")
         if batch is None or kv is None or waiting is None:
             return None
         full = p["slots_saturated_ratio"] * (1 - view.hysteresis) if view.active else p["slots_saturated_ratio"]
@@ -77,7 +80,7 @@ a replica behind the router. When the slots are full with KV to spare, relaunchi
         return [Evidence("batch_utilization", batch, p["slots_saturated_ratio"], view.window_s, ">=",
                          view.signals.reasons.get("batch_utilization", "")),
                 waiting,
-                Evidence("kv_cache_usage", kv, p["kv_headroom_ratio"], view.window_s, "<", "KV headroom left")]
+                Evidence(kv_signal, kv, p["kv_headroom_ratio"], view.window_s, "<", "KV headroom left")]
 
     def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
         tp = getattr(view.config, "tensor_parallel_size", None)  # not in EngineConfigView yet

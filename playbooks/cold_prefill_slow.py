@@ -26,12 +26,15 @@ class ColdPrefillSlow(Playbook):
     severity = "warning"
     signals = ("prefill_s_per_token", "p99_prefill_s")
     alerts = ("VllmColdPrefillSlow", "PrefillLatencyHigh")
-    defaults: ClassVar[dict[str, float]] = {"prefill_s_per_token": 0.00015, "p99_prefill_s": 1.5,
+    # 0.16 ms, not the 0.15 ms it was: judged over 60 s windows (not the last 5-30 s), the simulator's healthy cold
+    # engine at 45-70% load reads 0.14 ms per token (median) and up to 0.163 ms in one window, the slow-prefill
+    # incident 0.165-0.183 ms; 0.15 ms held for minutes at healthy load once the windows stopped being noisy.
+    defaults: ClassVar[dict[str, float]] = {"prefill_s_per_token": 0.00016, "p99_prefill_s": 1.5,
                                             "cold_max_in_flight": 2.0, "hysteresis_ratio": 0.02}
     for_s = 300.0
     roles = ("cold",)
     runbook = """\
-**What it means.** On the cold (long-prompt) engine, prefill has taken more than 0.15 ms per prompt
+**What it means.** On the cold (long-prompt) engine, prefill has taken more than 0.16 ms per prompt
 token for 5 minutes (`prefill_s_per_token`: prefill time over prompt tokens of the requests finished
 in the window), or the seed alert `prefill_latency_ms > 1500 for 5m` holds (P99 prefill time over
 1.5 s). Too many long prompts are prefilled at once and share the GPU, so each one's first token
@@ -39,7 +42,7 @@ comes late. With prompts far beyond 10K tokens a P99 over 1.5 s can be normal: r
 for that engine.
 
 **Confirm by hand.** `sum(rate(vllm:request_prefill_time_seconds_sum[5m])) /
-sum(rate(vllm:request_prompt_tokens_sum[5m])) > 0.00015`;
+sum(rate(vllm:request_prompt_tokens_sum[5m])) > 0.00016`;
 `histogram_quantile(0.99, sum by (le) (rate(vllm:request_prefill_time_seconds_bucket[5m]))) > 1.5`;
 `vllm:num_requests_running` on the cold engine (several long prefills at once).
 

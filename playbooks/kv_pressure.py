@@ -6,17 +6,21 @@ import math
 from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
-from playbooks.model import Action, Severity
+from playbooks.model import Action, Evidence, Severity
 
 
 class KvPressure(Playbook):
     id = "kv_pressure"
     title = "KV-cache pressure"
     severity = "warning"
-    signals = ("kv_cache_usage", "preemptions_per_s", "waiting")
+    signals = ("kv_cache_usage_mean", "kv_cache_usage_max", "kv_cache_usage", "preemptions_per_s", "waiting_mean",
+               "waiting")
     alerts = ("VllmKvCachePressure",)
     defaults: ClassVar[dict[str, float]] = {
         "kv_usage_ratio": 0.75, "preemptions_per_s": 0.0, "waiting": 0.0, "critical_kv_usage_ratio": 0.95,
+        # vLLM preempts only when it cannot allocate a block: this many a second over the window prove the KV
+        # cache ran out whatever the usage gauge read at the instants it was sampled
+        "preemption_proof_per_s": 0.05,
         # more KV when the engine reserved less of its GPUs than they have free: up to this share of each GPU,
         # leaving this margin of the memory that is free now, and only for a raise of at least this much
         "gpu_memory_target_ratio": 0.90, "gpu_memory_margin_ratio": 0.05, "gpu_memory_min_raise_ratio": 0.05,
@@ -24,8 +28,12 @@ class KvPressure(Playbook):
     for_s = 300.0
     runbook = """\
 **What it means.** `vllm:kv_cache_usage_perc` (blocks pinned by running requests; never framebuffer
-use) has stayed above 75% for 5 minutes while requests are being preempted (V1 recomputes the newest
-request from scratch) or are waiting for blocks. Throughput falls and tail latency rises as work is
+use), averaged over the window's reads, has stayed above 75% for 5 minutes while requests are being
+preempted (V1 recomputes the newest request from scratch) or are waiting for blocks; or requests were
+preempted at 0.05/s or more (3 a minute) through those 5 minutes whatever the gauge read: vLLM preempts
+only when it cannot allocate a block, so a sustained preemption rate proves the cache ran out even when
+the gauge, read at a few instants, happened to read low (it swings from 0% to 93% and back in seconds
+while requests are thrown out and readmitted). Throughput falls and tail latency rises as work is
 thrown away and redone.
 
 **Confirm by hand.** `rate(vllm:num_preemptions_total[5m]) > 0` with `vllm:kv_cache_usage_perc` near 1
@@ -40,16 +48,29 @@ also give more KV.
 """
 
     def check(self, view: EngineView) -> Condition | None:
-        kv = view.above("kv_cache_usage", "kv_usage_ratio")
-        if kv is None:
+        usage = view.pick("kv_cache_usage_mean", "kv_cache_usage")
+        kv = view.above(usage, "kv_usage_ratio")
+        preempting = view.above("preemptions_per_s", "preemptions_per_s")
+        proof = view.above("preemptions_per_s", "preemption_proof_per_s")
+        if kv is None and proof is None:
             return None
-        supporting = [e for e in (view.above("preemptions_per_s", "preemptions_per_s"),
-                                  view.above("waiting", "waiting")) if e is not None]
-        if not supporting:
-            return None
-        critical = (view.value("kv_cache_usage") or 0) >= view.params["critical_kv_usage_ratio"]
+        supporting = [e for e in (preempting, view.above(view.pick("waiting_mean", "waiting"), "waiting"))
+                      if e is not None]
+        if kv is None or not supporting:
+            if proof is None:
+                return None
+            peak = view.value("kv_cache_usage_max")
+            seen = f" (its usage gauge read at most {peak:.0%})" if peak is not None else ""
+            proven = Evidence("preemptions_per_s", proof.value, proof.threshold, view.window_s, ">",
+                              "vLLM preempts only when it cannot allocate KV blocks: the cache ran out")
+            return Condition(f"KV cache exhausted: {float(proof.value or 0):.2g} preemptions/s over the window{seen}",
+                             (proven, *[e for e in supporting if e.signal != "preemptions_per_s"]),
+                             agreeing=1 + len([e for e in supporting if e.signal != "preemptions_per_s"]),
+                             considered=3)
+        critical = (view.value(usage) or 0) >= view.params["critical_kv_usage_ratio"]
         severity: Severity | None = "critical" if critical else None
-        return Condition(f"KV cache {kv.value:.0%} used with "
+        over = " on average over the window" if usage == "kv_cache_usage_mean" else ""
+        return Condition(f"KV cache {float(kv.value or 0):.0%} used{over} with "
                          + " and ".join("preemptions" if e.signal == "preemptions_per_s" else "requests waiting"
                                         for e in supporting),
                          (kv, *supporting), agreeing=1 + len(supporting), considered=3, severity=severity)

@@ -118,22 +118,46 @@ class Finding:
     runbook: str
     onset: float
     title: str = ""
+    # "firing": held its playbook's `for`; "pending": holds but not for long enough yet (not in the exit code)
+    status: Literal["firing", "pending"] = "firing"
+    for_s: float = 0.0  # the playbook's `for`
+    held_s: float = 0.0  # how long the condition has held (onset to this evaluation)
+    note: str = ""  # why a pending condition cannot count yet (e.g. too few requests to judge)
 
     @property
     def id(self) -> str:
         return fingerprint(self.playbook, self.engine, self.onset)
 
+    @property
+    def fires_in_s(self) -> float:
+        """For a pending condition: how much longer it must hold before it is reported."""
+        return max(0.0, self.for_s - self.held_s)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id, "playbook": self.playbook, "title": self.title, "engine": self.engine,
             "severity": self.severity, "confidence": round(self.confidence, 2), "summary": self.summary,
-            "onset": _num(self.onset),
+            "onset": _num(self.onset), "status": self.status, "for_s": _num(float(self.for_s)),
+            "held_s": _num(float(self.held_s)),
             "evidence": [e.to_dict() for e in self.evidence],
             "remedies": [a.to_dict() for a in self.remedies],
             "runbook": self.runbook,
         }
+        if self.status == "pending":
+            out["fires_in_s"] = _num(float(self.fires_in_s))
+        if self.note:
+            out["note"] = self.note
+        return out
 
     def text(self) -> str:
+        if self.status == "pending":
+            when = (f"held {self.held_s:.0f}s of its {self.for_s:.0f}s `for`; reported in {self.fires_in_s:.0f}s "
+                    "if it holds")
+            lines = [f"[PENDING {self.severity}] {self.engine}: {self.summary} ({self.playbook}; {when})"]
+            if self.note:
+                lines.append(f"    note: {self.note}")
+            lines += [f"    because {e.text()}" for e in self.evidence]
+            return "\n".join(lines)
         lines = [f"[{self.severity.upper()}] {self.engine}: {self.summary} "
                  f"({self.playbook}, confidence {self.confidence:.0%})"]
         lines += [f"    because {e.text()}" for e in self.evidence]

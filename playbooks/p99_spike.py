@@ -29,7 +29,7 @@ class P99Spike(Playbook):
         "length_limit_tokens": 8192.0, "length_limit_expires_s": 3600.0, "route_threshold_tokens": 5120.0,
         "route_threshold_factor_ratio": 0.8,
     }
-    for_s = 60.0
+    for_s = 90.0
     runbook = """\
 **What it means.** The engine's P99 end-to-end latency or P99 time to first token is over its SLO
 (critical: users are hurt now) or more than twice its baseline (the last hour, excluding the last 10

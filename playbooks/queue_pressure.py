@@ -12,11 +12,13 @@ class QueuePressure(Playbook):
     id = "queue_pressure"
     title = "Queue pressure"
     severity = "warning"
-    signals = ("waiting", "p95_queue_s", "router_queue_p99_s", "batch_utilization", "kv_cache_usage")
+    signals = ("waiting_mean", "waiting", "p95_queue_s", "router_queue_p99_s", "batch_utilization", "kv_cache_usage",
+               "seq_cap")
     alerts = ("VllmQueuePressure", "VllmQueueTimeHigh")
     defaults: ClassVar[dict[str, float]] = {
         "waiting": 5.0, "p95_queue_s": 1.0, "router_queue_p99_s": 1.0, "engine_headroom_ratio": 0.9,
         "max_in_flight_factor_ratio": 1.5, "length_limit_tokens": 8192.0, "length_limit_expires_s": 3600.0,
+        "kv_headroom_ratio": 0.75, "max_num_seqs_raise_factor": 1.5,
     }
     # `waiting` is a gauge read at one instant and queue time follows bursts: the simulator's healthy hot engine
     # at 80% load shows P95 queue times over 1 s for a minute at a time. Two minutes is pressure, not a burst.
@@ -32,6 +34,10 @@ engine still has room. Time to first token grows with the queue.
 `histogram_quantile(0.95, sum by (le) (rate(vllm:request_queue_time_seconds_bucket[5m]))) >= 1`; with
 `vllm:num_requests_running` against `max_num_seqs` and `vllm:kv_cache_usage_perc` to see which limit
 binds; the stats log line's `Waiting: N reqs`; the router's policy (`GET /policy`) for max in flight.
+
+When `running` is held at the sequence cap in every read of the window (`max_num_seqs` from the
+config, `/server_info` or the start-up log, or seen as a cap), the report says so: the sequence cap is
+the limit, not the batching.
 
 **Remedies.** When the router's cap is what binds (the engine has free slots and KV), raise the
 engine's max in flight at the router. When the engine itself is full, add capacity (a replica or
@@ -58,17 +64,33 @@ no engine has a queue).
         batch, kv = view.value("batch_utilization"), view.value("kv_cache_usage")
         return batch is not None and batch < headroom and (kv is None or kv < headroom)
 
+    def _kv_room(self, view: EngineView) -> bool:
+        kv = view.value(view.pick("kv_cache_usage_max", "kv_cache_usage"))
+        return kv is not None and kv < view.params["kv_headroom_ratio"] and not view.value("preemptions_per_s")
+
     def check(self, view: EngineView) -> Condition | None:
-        found = [e for e in (view.above("waiting", "waiting"), self._at_least(view, "p95_queue_s"),
+        waiting_signal = view.pick("waiting_mean", "waiting")
+        found = [e for e in (view.above(waiting_signal, "waiting"), self._at_least(view, "p95_queue_s"),
                              self._at_least(view, "router_queue_p99_s")) if e is not None]
         if not found:
             return None
-        considered = sum(view.value(s) is not None for s in ("waiting", "p95_queue_s", "router_queue_p99_s"))
-        parts = {"waiting": "{:g} requests waiting", "p95_queue_s": "P95 queue time {:.2g}s",
-                 "router_queue_p99_s": "router P99 queue time {:.2g}s"}
+        considered = sum(view.value(s) is not None for s in (waiting_signal, "p95_queue_s", "router_queue_p99_s"))
+        parts = {"waiting": "{:g} requests waiting", "waiting_mean": "{:.3g} requests waiting on average",
+                 "p95_queue_s": "P95 queue time {:.2g}s", "router_queue_p99_s": "router P99 queue time {:.2g}s"}
         summary = " and ".join(parts[e.signal].format(e.value) for e in found)
-        return Condition(summary, tuple(found), agreeing=len(found), considered=max(considered, len(found)),
-                         details={"router_bound": "yes" if self._router_bound(view) else "no"})
+        evidence = list(found)
+        cap_binds = view.cap_binds()
+        if cap_binds:
+            cap = float(view.value("seq_cap") or 0)
+            source = view.signals.reasons.get("seq_cap", "")
+            evidence.append(Evidence("running_min", view.value("running_min"), cap, view.window_s, ">=",
+                                     f"running held at the sequence cap ({source})"))
+            summary += (f": the sequence cap is the limit (running held at {cap:g} in every read"
+                        + (", KV has room)" if self._kv_room(view) else ")"))
+        return Condition(summary, tuple(evidence), agreeing=len(found), considered=max(considered, len(found)),
+                         details={"router_bound": "yes" if self._router_bound(view) else "no",
+                                  "cap_binds": "yes" if cap_binds else "no",
+                                  "kv_room": "yes" if self._kv_room(view) else "no"})
 
     def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
         p = view.params
@@ -85,6 +107,12 @@ no engine has a queue).
                                inverse={"engine": view.name, "max_in_flight": cap}, risk="low",
                                description="the router's cap holds requests back while the engine has room")
             return [raise_cap, scale, shed]
+        current = view.config.max_num_seqs
+        if condition.details.get("cap_binds") == "yes" and condition.details.get("kv_room") == "yes" and current:
+            more = Action("relaunch", view.name, {"max_num_seqs": int(current * p["max_num_seqs_raise_factor"])},
+                          inverse={"max_num_seqs": current}, risk="medium",
+                          description="more sequence slots: the cap binds and the KV cache has room for them")
+            return [scale, more, shed]
         return [scale, shed]
 
 

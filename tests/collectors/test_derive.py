@@ -40,8 +40,9 @@ EXPECTED: dict[str, float | None] = {
     "generation_tokens_per_s": 5000 / 10,
     "running": 12,
     "waiting": 3,
-    # cap = min(max_num_seqs 256, KV 2000*16 tokens / ((20000+5000)/40 tokens per request) = 51.2)
-    "batch_utilization": 12 / 51.2,
+    # mean running of the two reads (10, 12) / cap = min(max_num_seqs 256, KV 2000*16 tokens /
+    # ((20000+5000)/40 tokens per request) = 51.2)
+    "batch_utilization": 11 / 51.2,
     "token_budget_utilization": (25000 / 100) / 1000,
     "kv_cache_usage": 0.42,
     "prefix_cache_hit_rate": 4000 / 16000,
@@ -140,24 +141,28 @@ def test_multiprocess_scrape() -> None:
 def test_data_parallel_ranks() -> None:
     values, reasons = derive_metrics_signals(*pair("0.20_dp2"), CONFIG)
     # rank 1 is steady: rates are rank 0's; running 12+4, waiting 3+2, KV max(0.42, 0.2);
-    # caps double with 2 ranks: min(512, 2 x 51.2)
-    check(values, {**EXPECTED, "running": 16, "waiting": 5, "batch_utilization": 16 / 102.4})
+    # caps double with 2 ranks: min(512, 2 x 51.2); mean running of the two reads (14, 16)
+    check(values, {**EXPECTED, "running": 16, "waiting": 5, "batch_utilization": 15 / 102.4})
     assert "2 DP ranks" not in reasons["batch_utilization"]  # KV capacity binds, not max_num_seqs
 
 
 def test_batch_utilization_caps() -> None:
     a, b = pair("0.33")
     values, reasons = derive_metrics_signals(a, b, EngineConfigView(max_num_seqs=32, router_max_in_flight=40))
-    assert values["batch_utilization"] == pytest.approx(12 / 32) and "max_num_seqs 32" in reasons["batch_utilization"]
-    values, _ = derive_metrics_signals(a, b, EngineConfigView(router_max_in_flight=40))
-    assert values["batch_utilization"] == pytest.approx(12 / 40)
-    values, reasons = derive_metrics_signals(a, b, EngineConfigView(num_gpu_blocks=4000, block_size=16))
-    assert values["batch_utilization"] == pytest.approx(12 / 102.4)
+    assert values["batch_utilization"] == pytest.approx(11 / 32) and "max_num_seqs 32" in reasons["batch_utilization"]
+    values, _ = derive_metrics_signals(a, b, EngineConfigView(max_num_seqs=64, router_max_in_flight=40))
+    assert values["batch_utilization"] == pytest.approx(11 / 40)
+    values, reasons = derive_metrics_signals(a, b, EngineConfigView(max_num_seqs=256, num_gpu_blocks=4000,
+                                                                    block_size=16))
+    assert values["batch_utilization"] == pytest.approx(11 / 102.4)
     assert values["token_budget_utilization"] is None and "max_num_batched_tokens" in reasons[
         "token_budget_utilization"]
-    stripped = MetricsSnapshot(b.timestamp, b.counters, b.gauges, b.histograms, {}, b.names_seen)
-    values, reasons = derive_metrics_signals(a, stripped, EngineConfigView())
-    assert values["batch_utilization"] is None and "no cap known" in reasons["batch_utilization"]
+    # vLLM does not export max_num_seqs: with only the router's cap or the KV capacity known, the real cap may be
+    # lower still, so the utilisation is unknown (it used to be judged against the KV capacity: "under-filled")
+    for config in (EngineConfigView(router_max_in_flight=40), EngineConfigView(num_gpu_blocks=4000, block_size=16),
+                   EngineConfigView()):
+        values, reasons = derive_metrics_signals(a, b, config)
+        assert values["batch_utilization"] is None and "max_num_seqs unknown" in reasons["batch_utilization"]
 
 
 def test_thresholds_at_bucket_bounds() -> None:

@@ -1,4 +1,4 @@
-"""The rolling window per engine and the bounded signal history in the state directory."""
+"""The bounded signal history in the state directory (the window rules are in test_window_rules.py)."""
 
 from __future__ import annotations
 
@@ -9,47 +9,6 @@ from pathlib import Path
 import pytest
 
 from collectors.history import SignalHistory
-from collectors.types import MetricsSnapshot, Sample
-from collectors.window import EngineWindow
-
-
-def snap(t: float) -> MetricsSnapshot:
-    return MetricsSnapshot(t, {"prompt_tokens": t}, {}, {}, {}, frozenset())
-
-
-def metrics(t: float, error: str | None = None) -> Sample:
-    return Sample("metrics", "hot", t, error=error, metrics=None if error else snap(t))
-
-
-def test_window_pairs_oldest_within_and_newest() -> None:
-    w = EngineWindow(max_samples=100, max_age_s=600)
-    assert w.metrics_pair(60) is None
-    for t in range(0, 100, 5):
-        w.add(metrics(float(t)))
-    w.add(metrics(100.0, error="timeout"))  # failed reads are kept but never paired
-    prev, cur = w.metrics_pair(30) or (None, None)
-    assert prev is not None and cur is not None
-    assert (prev.timestamp, cur.timestamp) == (65.0, 95.0)
-    assert w.latest("metrics").error == "timeout"  # type: ignore[union-attr]
-    assert w.latest("gpu") is None
-    assert w.metrics_pair(2) is None  # nothing else within 2 s of the newest
-
-
-def test_window_is_bounded_in_count_and_age() -> None:
-    w = EngineWindow(max_samples=10, max_age_s=50)
-    for t in range(1000):
-        w.add(metrics(float(t)))
-        w.add(Sample("health", "hot", float(t)))
-    assert len(w.samples("metrics")) == 10 and len(w) == 20
-    w2 = EngineWindow(max_samples=1000, max_age_s=50)
-    for t in range(1000):
-        w2.add(metrics(float(t)))
-    kept = w2.samples("metrics")
-    assert kept[0].timestamp == 949 and kept[-1].timestamp == 999
-    w2.add(metrics(960.5))  # out of order: inserted in place
-    assert [s.timestamp for s in w2.samples("metrics")][11:13] == [960.0, 960.5]
-    with pytest.raises(ValueError, match="max_samples"):
-        EngineWindow(max_samples=1)
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""cold_prefill_slow: cold prefill > 0.15 ms/token or P99 prefill > 1.5 s for 5 minutes."""
+"""cold_prefill_slow: cold prefill > 0.16 ms/token or P99 prefill > 1.5 s for 5 minutes."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_slow_per_token_fires_with_cap_at_two_first() -> None:
     assert cond is not None and PLAYBOOK.severity == "warning"
     assert cond.summary == "cold prefill 0.20 ms per token"
     [e] = cond.evidence
-    assert (e.signal, e.value, e.threshold) == ("prefill_s_per_token", 0.0002, 0.00015)
+    assert (e.signal, e.value, e.threshold) == ("prefill_s_per_token", 0.0002, 0.00016)
     remedies = PLAYBOOK.remedies(v, cond)
     assert [a.kind for a in remedies] == ["set_max_in_flight", "relaunch"]
     assert remedies[0].target == "router" and remedies[0].params == {"engine": "cold", "max_in_flight": 2}
@@ -35,7 +35,7 @@ def test_slow_per_token_fires_with_cap_at_two_first() -> None:
 def test_seed_alert_p99_prefill_over_one_and_a_half_seconds() -> None:
     cond = PLAYBOOK.check(view({"prefill_s_per_token": 0.0001, "p99_prefill_s": 1.6}))
     assert cond is not None and "P99 prefill 1.60s" in cond.summary
-    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.00015, "p99_prefill_s": 1.5})) is None  # strict
+    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.00016, "p99_prefill_s": 1.5})) is None  # strict
 
 
 def test_both_agreeing_raise_confidence() -> None:
@@ -61,11 +61,11 @@ def test_chunked_prefill_already_on_is_not_proposed_again() -> None:
 
 
 def test_hysteresis_keeps_an_active_finding_slightly_below() -> None:
-    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.000148})) is None
-    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.000148}, active=True)) is not None
+    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.000158})) is None
+    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.000158}, active=True)) is not None
     assert PLAYBOOK.check(view({"p99_prefill_s": 1.48}, active=True)) is not None
-    # the band is narrow (2%): a healthy cold engine runs at 0.138-0.149 ms per token, just under the target
-    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.00014}, active=True)) is None
+    # the band is narrow (2%): a healthy cold engine runs at 0.14 ms per token (up to 0.163 in one 60 s window)
+    assert PLAYBOOK.check(view({"prefill_s_per_token": 0.00015}, active=True)) is None
     assert PLAYBOOK.check(view({"prefill_s_per_token": 0.0001}, active=True)) is None
 
 

@@ -10,7 +10,7 @@ from playbooks.engine_stalled import PLAYBOOK
 from playbooks.evaluate import evaluate
 from playbooks.model import confidence_from
 
-STALLED = {"generation_tokens_per_s": 0.0, "qps": 0.0, "waiting": 7.0, "running": 12.0}
+STALLED = {"generation_tokens_per_s": 0.0, "qps": 0.0, "waiting": 7.0, "running": 12.0, "generation_idle_s": 60.0}
 
 
 def view(values: dict[str, Any], *, active: bool = False, health: HealthState = "ok", events: tuple[Event, ...] = (),
@@ -25,7 +25,7 @@ def test_fires_when_work_waits_and_nothing_comes_out() -> None:
     v = view(STALLED)
     cond = PLAYBOOK.check(v)
     assert cond is not None and PLAYBOOK.severity == "critical"
-    assert "12 running and 7 waiting" in cond.summary
+    assert "12 running and 7 waiting" in cond.summary and "no token progress for 60s" in cond.summary
     by_signal = {e.signal: e for e in cond.evidence}
     assert by_signal["generation_tokens_per_s"].value == 0.0 and by_signal["generation_tokens_per_s"].comparison == "<="
     assert by_signal["waiting"].value == 7.0 and by_signal["waiting"].threshold == 0.0
@@ -37,6 +37,11 @@ def test_fires_when_work_waits_and_nothing_comes_out() -> None:
 def test_running_alone_or_waiting_alone_is_enough() -> None:
     assert PLAYBOOK.check(view({**STALLED, "waiting": 0.0})) is not None
     assert PLAYBOOK.check(view({**STALLED, "running": 0.0})) is not None
+
+
+def test_under_a_minute_of_silence_can_be_a_long_prefill() -> None:
+    assert PLAYBOOK.check(view({**STALLED, "generation_idle_s": 45.0})) is None
+    assert PLAYBOOK.check(view({**STALLED, "generation_idle_s": None})) is None  # not measured: no verdict
 
 
 def test_idle_engine_is_not_stalled() -> None:
@@ -77,8 +82,11 @@ def test_a_timeout_line_raises_confidence() -> None:
 
 def test_evaluate_reports_only_after_for_s() -> None:
     state: dict[str, dict[str, Any]] = {}
-    assert evaluate([view(STALLED)], state, now=1000.0, playbooks=[PLAYBOOK]) == []  # a long prefill, maybe
-    assert evaluate([view(STALLED)], state, now=1030.0, playbooks=[PLAYBOOK]) == []
+    pending: list[Any] = []
+    # a minute without tokens, maybe a very long prefill: pending, with how long it still needs
+    assert evaluate([view(STALLED)], state, now=1000.0, playbooks=[PLAYBOOK], pending=pending) == []
+    assert [(p.status, p.fires_in_s) for p in pending] == [("pending", 30.0)]
+    assert evaluate([view(STALLED)], state, now=1015.0, playbooks=[PLAYBOOK]) == []
     findings = evaluate([view(STALLED)], state, now=1000.0 + PLAYBOOK.for_s, playbooks=[PLAYBOOK])
     assert [(f.playbook, f.severity, f.onset) for f in findings] == [("engine_stalled", "critical", 1000.0)]
     # progress resets the clock

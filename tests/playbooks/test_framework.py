@@ -50,13 +50,14 @@ def test_condition_clearing_resets_onset_and_stale_state_starts_a_new_incident()
 
 
 def test_hysteresis_keeps_an_active_finding_just_below_threshold() -> None:
-    near = {"kv_cache_usage": 0.72, "preemptions_per_s": 0.5, "waiting": 3.0}
+    # preemptions under the proof rate (0.05/s), so the usage threshold and its hysteresis decide
+    near = {"kv_cache_usage": 0.72, "preemptions_per_s": 0.02, "waiting": 3.0}
     state: dict[str, dict[str, Any]] = {}
     assert KV_PRESSURE.check(view(near)) is None
     evaluate([view(PRESSURE)], state, now=1000.0, playbooks=[KV_PRESSURE])
     evaluate([view(near)], state, now=1060.0, playbooks=[KV_PRESSURE])
     assert "kv_pressure|hot" in state  # 0.72 > 0.75 * 0.9 while active
-    evaluate([view({"kv_cache_usage": 0.6, "preemptions_per_s": 0.5})], state, now=1120.0, playbooks=[KV_PRESSURE])
+    evaluate([view({"kv_cache_usage": 0.6, "preemptions_per_s": 0.02})], state, now=1120.0, playbooks=[KV_PRESSURE])
     assert state == {}
 
 
