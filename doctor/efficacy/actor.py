@@ -119,7 +119,7 @@ class HarnessDoctor(EngineOps):
         router = self.router.length_limit_signals()
         seen = {n: replace(s, values={**s.values, **router}) for n, s in signals.items()}
         queue = registry.get("queue_pressure").defaults
-        refused = sum(1 for t in self.router.length_limit_refusals if t > now - LIFT_AFTER_S)
+        refused = self.router.length_limit.refusals_since(now - LIFT_AFTER_S)
         for act in self.log:
             rec = act.record
             if limit_tokens(rec) is None or act.finding is None:

@@ -177,7 +177,7 @@ class EngineOps:
         t0 = self.h.now
 
         def wait() -> None:
-            left = self.router.in_flight.get(name, 0)
+            left = self.router.in_flight(name)
             if left == 0:
                 then()
             elif timeout_s is not None and self.h.now - t0 >= timeout_s:

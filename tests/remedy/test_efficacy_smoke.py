@@ -52,7 +52,7 @@ def test_virtual_router_length_limit_queue_and_fairness() -> None:
     late = router.submit(RequestSpec(10, 0.0, 9000, 8, True), h.now + 10.0)  # after the limit expired
     h.run_for(1e-6)
     assert big.rejected == 413 and big.result == "rejected"
-    assert router.in_flight["hot"] == 2 and len(router.queues["hot"]) == 3  # max in flight holds the rest
+    assert router.in_flight("hot") == 2 and router.admission.queue_length("hot") == 3  # max in flight holds the rest
     h.run_for(120.0)
     assert all(o.result == "ok" for o in outs) and late.result == "ok" and late.upstream == "cold"
     # shortest first among the queued once slots free up
