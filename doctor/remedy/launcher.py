@@ -45,13 +45,14 @@ from doctor.remedy.model import (
 )
 from doctor.remedy.router_actuator import RouterActuator
 from doctor.remedy.vllm_admin import warm_up
+from playbooks.action_kinds import kinds
 from playbooks.model import Action
 
 __all__ = ["CONTROL_KEYS", "LAUNCHER_KINDS", "LOWER_FACTOR", "SECRET_ENV", "START_MARK", "EngineProcesses",
            "FreeMemory", "LaunchedEngine", "Launcher", "LocalLauncher", "Process", "Spawner", "free_port",
            "popen_spawn", "redact"]
 
-LAUNCHER_KINDS: tuple[str, ...] = ("relaunch", "scale_out")
+LAUNCHER_KINDS: tuple[str, ...] = kinds(actuator="launcher")
 CONTROL_KEYS = frozenset({"reason", "restore", "fallback"})  # action params that are not vLLM arguments
 LOWER_FACTOR = 0.75  # "lower" in a playbook's params: 75% of the current value
 FreeMemory = Callable[[int], "tuple[float, float] | None"]  # GPU index -> (free bytes, total bytes) or unknown

@@ -19,9 +19,10 @@ import httpx
 from collectors.gpu import DcgmSource, GpuError, engine_fb_bytes
 from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Launcher, Refused
 from doctor.remedy.router_actuator import RouterActuator
+from playbooks.action_kinds import kinds
 from playbooks.model import Action
 
-ADMIN_KINDS: tuple[str, ...] = ("reset_prefix_cache", "rewarm_prefix_cache", "warm_up", "defragment")
+ADMIN_KINDS: tuple[str, ...] = kinds(actuator="vllm_admin")
 WARM_BATCHES: tuple[int, ...] = (4, 8, 16)
 WARM_PROMPT_TOKENS: tuple[int, ...] = (512, 1024, 2048)
 REQUEST_TIMEOUT_S = 300.0
