@@ -25,7 +25,7 @@ from router.admission import Admission
 from router.config import RouterConfig
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
-from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, initial_policy, parse_policy
+from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
@@ -277,10 +277,8 @@ class Router:
     async def apply_policy(self, doc: Any, source: str) -> dict[str, Any]:
         """Validate and apply a whole policy document; PolicyError leaves everything unchanged."""
         async with self._policy_lock:
-            new = parse_policy(doc, now=self.clock(), default_max_in_flight=self.config.max_in_flight)
-            if isinstance(doc, dict) and doc.get("version") is not None and doc["version"] != self.store.version:
-                raise PolicyError(f"version {doc['version']} is not the current version {self.store.version} "
-                                  "(GET the policy again and re-apply the change)", 409)
+            new = parse_versioned(doc, version=self.store.version, now=self.clock(),
+                                  default_max_in_flight=self.config.max_in_flight)
             known = self.upstreams.known
             prepared = {(r, s.name, s.url): Upstream(s.name, s.url, r) for r, s in new.all_upstreams()
                         if (r, s.name, s.url) not in known}

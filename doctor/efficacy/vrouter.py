@@ -7,16 +7,22 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from doctor.efficacy.harness import EfficacyHarness, Outcome
 from router.decide import length_limit_refuses, route
 from router.length_limit import LengthLimitTracker
-from router.policy import Policy, UpstreamSpec, diff
+from router.policy import ROLES, Policy, UpstreamSpec, check_limits, diff, parse_versioned
 from router.release import AdmissionCore, AdmissionIo, NoUpstream, QueueFull
 from router.upstreams import Upstream, UpstreamSet
 from sim.workload import RequestSpec
 
 HEALTH_EVERY_S = 2.0  # the router's health loop
+
+
+def engine_url(name: str) -> str:
+    """The URL a sim engine is known by in the router's policy (never dialled: requests go to the harness)."""
+    return f"http://{name}.sim"
 
 
 class VirtualRouter:
@@ -29,6 +35,7 @@ class VirtualRouter:
         self.down: set[str] = set()  # upstreams whose engine is stopped for a change
         self.outcomes: list[Outcome] = []
         self.changes: list[tuple[float, str]] = []  # (virtual time, policy diff line)
+        self.version = 1  # of the policy document, as the router's policy API counts it
         self.upstreams = UpstreamSet()
         self.length_limit = LengthLimitTracker(h.now)  # router_length_limit_idle_seconds, as router/app.py keeps it
         io: AdmissionIo[Outcome] = AdmissionIo(lambda: self.h.now, self._call_at, self._dispatch, self._fail,
@@ -39,10 +46,26 @@ class VirtualRouter:
 
     # ----- policy and upstreams ------------------------------------------------------------------
 
+    def policy_document(self) -> dict[str, Any]:
+        """What GET /router/policy answers (router.app.Router.policy_document, less its token method)."""
+        self._refresh()
+        return {"version": self.version, "updated_at": self.h.now, **self.policy.to_dict(),
+                "status": {"length_limit_active": self.policy.length_limit_active(self.h.now),
+                           "queues": {r: self.admission.queue_length(r) for r in ROLES},
+                           "upstreams": {u.name: u.status() for u in self.upstreams.all()}}}
+
+    def put_policy(self, doc: Any) -> list[str]:
+        """PUT /router/policy: the router's checks (PolicyError), then the change; returns its diff lines."""
+        new = parse_versioned(doc, version=self.version, now=self.h.now)
+        check_limits(new, {n: e.core.config.max_model_len for n, e in self.h.engines.items()}, now=self.h.now,
+                     previous=self.policy)
+        return self.set_policy(new)
+
     def set_policy(self, new: Policy) -> list[str]:
         changes = diff(self.policy, new)
         self.length_limit.policy_changed(self.policy, new, self.h.now)
         self.policy = new
+        self.version += 1
         self.changes += [(self.h.now, c) for c in changes]
         self.upstreams.sync(new)
         self._refresh()
