@@ -26,6 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from doctor import efficacy as eff
+from doctor.config import DoctorConfig
 from sim.scenarios import SCENARIOS
 
 SCENARIO_NAMES = ("long_prompt_storm", "qps_surge", "kv_pressure", "fragmentation")
@@ -201,11 +202,12 @@ def _folded(actions: list[dict[str, Any]]) -> list[str]:
 def print_text(results: list[dict[str, Any]], seeds: list[int], wall_s: float, eval_every_s: float) -> None:
     print("Remediation efficacy: paired runs in virtual time, same trace and seed; the doctor in observe mode "
           "(\"without\") vs auto mode (\"with\")")
-    print(f"deployment: hot + cold sim engines behind a virtual router with router.policy semantics; 4 simulated GPUs "
-          f"(2 spare); a doctor run every {eval_every_s:g} s")
-    print(f"guardrails: one action per target per cycle, cooldown {eff.COOLDOWN_S:g} s per action+target, "
-          f"{eff.BUDGET_PER_HOUR} actions/h, batch timeout {eff.BATCH_TIMEOUT_BOUNDS_MS[0]}..."
-          f"{eff.BATCH_TIMEOUT_BOUNDS_MS[1]} ms, a lock per engine; each action verified as doctor's planner "
+    cfg = DoctorConfig()  # the guardrails' shipped defaults, as the runs use them
+    print(f"deployment: hot + cold sim engines behind a virtual router running the router's own decisions "
+          f"(router.decide, router.release); 4 simulated GPUs (2 spare); a doctor run every {eval_every_s:g} s")
+    print(f"guardrails (DoctorConfig() defaults): one action per target per cycle, cooldown {cfg.cooldown_s:g} s per "
+          f"action+target, {cfg.hourly_action_budget} actions/h, batch timeout {cfg.bounds.batch_timeout_min_ms}..."
+          f"{cfg.bounds.batch_timeout_max_ms} ms, a lock per engine; each action verified as doctor's planner "
           "specifies (doctor.remedy.planner.VERIFY: signal, goal, window) else rolled back; relaunches blue/green "
           "on spare GPUs")
     print(f"SLOs: TTFT <= {eff.TTFT_SLO_S:g} s (short), <= {eff.LONG_TTFT_SLO_S:g} s (long, the cold path) and "

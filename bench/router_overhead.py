@@ -6,6 +6,8 @@ router and, at the same moment, straight to the engine), so both see the same en
 2-core machine at 200 requests/s: under 1 ms added at P50, under 5 ms at P99. With --stream the requests
 stream (SSE, STREAM_CHUNKS chunks) and the table shows the time to the first chunk and to the last one.
 
+The last column is the router process's CPU time (user + system) per routed request over the measured run.
+
     .venv/bin/python bench/router_overhead.py [--rates 50,100,200] [--seconds 5] [--upstream stub] [--stream]
 """
 
@@ -20,9 +22,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "m", "prompt": "hello there", "max_tokens": 1}
@@ -173,8 +177,14 @@ async def _one(pool: RawPool, out: list[tuple[float, float]], errors: list[int])
         errors.append(1)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process `pid` has used so far."""
+    t = psutil.Process(pid).cpu_times()
+    return float(t.user + t.system)
+
+
 async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: int,
-                   body: bytes) -> dict[str, float]:
+                   body: bytes, router_cpu: Callable[[], float]) -> dict[str, float]:
     rng = random.Random(seed)
     direct: list[tuple[float, float]] = []
     routed: list[tuple[float, float]] = []
@@ -184,6 +194,7 @@ async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: 
         await asyncio.gather(_one(pools[engine], [], []), _one(pools[router], [], []))
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Future[None]] = []
+    cpu0 = router_cpu()
     start = loop.time()
     t = start
     n = 0
@@ -198,9 +209,11 @@ async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: 
         n += 1
     elapsed = loop.time() - start
     await asyncio.gather(*tasks)
+    cpu = router_cpu() - cpu0
     for pool in pools.values():
         pool.close()
-    row = {"rate": rate, "sent": n / elapsed, "n": len(routed), "errors": len(errors)}
+    row = {"rate": rate, "sent": n / elapsed, "n": len(routed), "errors": len(errors),
+           "cpu_per_request": cpu / max(1, len(routed))}
     for what, i in (("", 1), ("first_", 0)):  # to the end; to the first body bytes
         d, r = [x[i] for x in direct], [x[i] for x in routed]
         row |= {f"direct_{what}p50": pct(d, 0.5), f"direct_{what}p99": pct(d, 0.99),
@@ -241,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "--policy-file", "", "--log-level", "warning"], cwd=ROOT))
         wait_ready(router)
         body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
-        rows = [asyncio.run(run_rate(engine, router, r, args.seconds, args.seed, body)) for r in rates]
+        pid = procs[-1].pid
+        rows = [asyncio.run(run_rate(engine, router, r, args.seconds, args.seed, body, lambda: cpu_seconds(pid)))
+                for r in rates]
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -255,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     for what, label in measures:
         print(f"{label}:")
         print(f"{'rate/s':>7} {'sent/s':>7} {'n':>6} {'err':>4} | {'direct p50':>10} {'router p50':>10} "
-              f"{'added p50':>9} | {'direct p99':>10} {'router p99':>10} {'added p99':>9}  (ms)")
+              f"{'added p50':>9} | {'direct p99':>10} {'router p99':>10} {'added p99':>9} | {'CPU/req':>7}  (ms)")
         for r in rows:
             print(f"{r['rate']:7.0f} {r['sent']:7.1f} {r['n']:6.0f} {r['errors']:4.0f} | "
                   f"{r[f'direct_{what}p50'] * ms:10.2f} {r[f'router_{what}p50'] * ms:10.2f} "
                   f"{(r[f'router_{what}p50'] - r[f'direct_{what}p50']) * ms:9.2f} | "
                   f"{r[f'direct_{what}p99'] * ms:10.2f} {r[f'router_{what}p99'] * ms:10.2f} "
-                  f"{(r[f'router_{what}p99'] - r[f'direct_{what}p99']) * ms:9.2f}")
+                  f"{(r[f'router_{what}p99'] - r[f'direct_{what}p99']) * ms:9.2f} | "
+                  f"{r['cpu_per_request'] * ms:7.3f}")
     last = rows[-1]
     added50 = (last["router_p50"] - last["direct_p50"]) * ms
     added99 = (last["router_p99"] - last["direct_p99"]) * ms

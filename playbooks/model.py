@@ -14,27 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from playbooks.action_kinds import ACTION_KINDS, Risk
+
+__all__ = ["ACTION_KINDS", "SEVERITY_RANK", "Action", "Evidence", "Finding", "Risk", "Severity", "confidence_from",
+           "fingerprint"]
+
 Severity = Literal["info", "warning", "critical"]
-Risk = Literal["low", "medium", "high"]
 SEVERITY_RANK: dict[str, int] = {"info": 0, "warning": 1, "critical": 2}
-
-# Remedy kinds and what each changes (the remediation issue maps them to actuators).
-ACTION_KINDS: dict[str, str] = {
-    "set_batch_timeout": "router: release admission groups after params.batch_timeout_ms (50..200 ms)",
-    "set_max_in_flight": "router: cap requests in flight on the engine at params.max_in_flight",
-    "length_limit": "router: reject prompts over params.max_tokens with 413 until params.expires_in_s passes",
-    "set_route_threshold": "router: prompts >= params.threshold_tokens go to the cold engine",
-    "set_fairness_window": "router: a waiting long prompt goes next after params.window short ones",
-    "rewarm_prefix_cache": "engine: replay the configured prompt templates to refill the prefix cache",
-    "reset_prefix_cache": "engine: POST /reset_prefix_cache (dev mode)",
-    "relaunch": "engine: relaunch with params.args changed (blue/green when spare GPUs exist)",
-    "defragment": "engine: drain at the router, /sleep + /wake_up with freed memory verified, else relaunch",
-    "scale_out": "engine: relaunch with more tensor-parallel shards (params.tensor_parallel_size) or a replica",
-    "warm_up": "engine: requests at batch 4/8/16 x 512/1024/2048 tokens",
-    "stop_routing": "router: drain the engine (no new requests; in-flight ones finish)",
-    "escalate": "page a person with the evidence (Alertmanager or a webhook)",
-}
-
 
 def _num(value: Any) -> Any:
     """JSON-safe numbers: NaN/inf become None, floats are rounded for reading."""

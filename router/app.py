@@ -21,18 +21,19 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from router.admission import Admission, Upstream
+from router.admission import Admission
 from router.config import RouterConfig
+from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
-from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, initial_policy, parse_policy
+from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
+from router.upstreams import Upstream, UpstreamSet
 from router.wire import WireClient
 
 log = logging.getLogger("router")
 POLICY_BODY_MAX = 1024 * 1024
-_Key = tuple[str, str, str]  # role, name, url
 
 
 def read_token(config: RouterConfig, env: dict[str, str] | None = None) -> str | None:
@@ -78,19 +79,16 @@ class Router:
         if self.store.loaded_from_file and (config.hot or config.cold):
             log.info("upstreams come from the restored policy file; --hot/--cold are used only without one")
         self.token = token if token is not None else read_token(config, env)
-        self.pools: dict[str, list[Upstream]] = {r: [] for r in ROLES}
-        self._known: dict[_Key, Upstream] = {}
-        self._detached: list[Upstream] = []
-        self._sync_pools({})
-        self.admission = Admission(self.pools, lambda: self.store.policy, self.fits, self._on_release)
+        self.upstreams = UpstreamSet()
+        self.pools = self.upstreams.pools
+        self.upstreams.sync(self.store.policy)
+        self.admission = Admission(self.pools, lambda: self.store.policy, on_release=self._on_release)
         self.estimate = EstimateCounter(config.chars_per_token)
         self.counter: TokenCounter = self._build_counter()
         self.metrics.token_method.labels(self.counter.method).set(1)
         self.proxy = Proxy(self)
         self._policy_lock = asyncio.Lock()
-        # When the length limit in force was set and when it last refused a request (router_length_limit_idle_seconds).
-        self.length_limit_since = clock()
-        self.length_limit_last_rejection: float | None = None
+        self.length_limit = LengthLimitTracker(clock())  # router_length_limit_idle_seconds
         self._health_task: asyncio.Task[None] | None = None
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
@@ -181,33 +179,8 @@ class Router:
         u.last_error = why
         self.admission.pump_all()
 
-    def fits(self, role: str, tokens: int) -> bool:
-        return any(u.eligible() and (u.max_model_len is None or tokens < u.max_model_len) for u in self.pools[role])
-
     def _on_release(self, role: str, waited: float) -> None:
         self.metrics.child(self.metrics.queue_time, role).observe(waited)  # type: ignore[attr-defined]
-
-    # ----- pools follow the policy ---------------------------------------------------------------
-
-    def _sync_pools(self, prepared: dict[_Key, Upstream]) -> None:
-        policy = self.store.policy
-        seen: set[_Key] = set()
-        for role in ROLES:
-            pool: list[Upstream] = []
-            for spec in policy.upstreams.get(role, ()):
-                key = (role, spec.name, spec.url)
-                u = self._known.get(key) or prepared.get(key) or Upstream(spec.name, spec.url, role)
-                u.state, u.max_in_flight, u.detached = spec.state, spec.max_in_flight, False
-                self._known[key] = u
-                seen.add(key)
-                pool.append(u)
-            self.pools[role][:] = pool
-        for key in [k for k in self._known if k not in seen]:
-            u = self._known.pop(key)
-            u.detached = True
-            if u.in_flight:
-                self._detached.append(u)
-        self._detached = [u for u in self._detached if u.in_flight > 0]
 
     # ----- endpoints -----------------------------------------------------------------------------
 
@@ -223,7 +196,7 @@ class Router:
         pol = self.store.policy
         for r in ROLES:
             m.queue_length.labels(r).set(self.admission.queue_length(r))
-        for u in [*(u for r in ROLES for u in self.pools[r]), *self._detached]:
+        for u in [*self.upstreams.all(), *self.upstreams.detached]:
             m.in_flight.labels(u.name, u.role).set(u.in_flight)
             m.max_in_flight.labels(u.name, u.role).set(u.max_in_flight)
             m.upstream_up.labels(u.name, u.role).set(1 if u.healthy else 0)
@@ -234,8 +207,7 @@ class Router:
         now = self.clock()
         active = pol.length_limit_active(now)
         m.length_limit.set((pol.length_limit_tokens or 0) if active else 0)
-        m.length_limit_idle.set(max(0.0, now - max(self.length_limit_since, self.length_limit_last_rejection or 0.0))
-                                if active else 0.0)
+        m.length_limit_idle.set(self.length_limit.idle_s(pol, now) or 0.0)
         fallbacks = getattr(self.counter, "fallbacks", 0)
         m.token_fallbacks.set(fallbacks)
 
@@ -305,23 +277,20 @@ class Router:
     async def apply_policy(self, doc: Any, source: str) -> dict[str, Any]:
         """Validate and apply a whole policy document; PolicyError leaves everything unchanged."""
         async with self._policy_lock:
-            new = parse_policy(doc, now=self.clock(), default_max_in_flight=self.config.max_in_flight)
-            if isinstance(doc, dict) and doc.get("version") is not None and doc["version"] != self.store.version:
-                raise PolicyError(f"version {doc['version']} is not the current version {self.store.version} "
-                                  "(GET the policy again and re-apply the change)", 409)
+            new = parse_versioned(doc, version=self.store.version, now=self.clock(),
+                                  default_max_in_flight=self.config.max_in_flight)
+            known = self.upstreams.known
             prepared = {(r, s.name, s.url): Upstream(s.name, s.url, r) for r, s in new.all_upstreams()
-                        if (r, s.name, s.url) not in self._known}
+                        if (r, s.name, s.url) not in known}
             if prepared:
                 await asyncio.gather(*(self._probe(u) for u in prepared.values()))
-            lens = {s.name: (self._known.get((r, s.name, s.url)) or prepared[(r, s.name, s.url)]).max_model_len
+            lens = {s.name: (known.get((r, s.name, s.url)) or prepared[(r, s.name, s.url)]).max_model_len
                     for r, s in new.all_upstreams()}
             check_limits(new, lens, now=self.clock(), previous=self.store.policy)
             old = self.store.policy
             entry = self.store.apply(new, source)
-            if new.length_limit_rule() != old.length_limit_rule():
-                self.length_limit_since = self.clock()
-                self.length_limit_last_rejection = None
-            self._sync_pools(prepared)
+            self.length_limit.policy_changed(old, new, self.clock())
+            self.upstreams.sync(new, prepared)
             self.admission.pump_all()
             return entry
 

@@ -214,6 +214,15 @@ def parse_policy(doc: Any, *, now: float, default_max_in_flight: int = 256) -> P
     return policy
 
 
+def parse_versioned(doc: Any, *, version: int, now: float, default_max_in_flight: int = 256) -> Policy:
+    """parse_policy for a PUT: a `version` given must be the current one (409 otherwise)."""
+    new = parse_policy(doc, now=now, default_max_in_flight=default_max_in_flight)
+    if isinstance(doc, dict) and doc.get("version") is not None and doc["version"] != version:
+        raise PolicyError(f"version {doc['version']} is not the current version {version} "
+                          "(GET the policy again and re-apply the change)", 409)
+    return new
+
+
 def check_limits(policy: Policy, max_model_len: Mapping[str, int | None], *, now: float,
                  previous: Policy | None = None) -> None:
     """Thresholds within the engines' max_model_len (per upstream name; unknown lengths are not checked).

@@ -6,16 +6,21 @@ import asyncio
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from starlette.types import Message, Receive, Scope, Send
 
-from router.admission import NoUpstream, QueueFull, Upstream, other
-from router.tokens import BadPrompt, extract
-from router.wire import ConnectFailed, Response, WireError, WireTimeout
-
-if TYPE_CHECKING:
-    from router.app import Router
+from router.admission import Admission
+from router.config import RouterConfig
+from router.decide import length_limit_refuses, route
+from router.length_limit import LengthLimitTracker
+from router.metrics import RouterMetrics
+from router.policy import Policy
+from router.release import NoUpstream, QueueFull
+from router.tokens import BadPrompt, TokenCounter, extract
+from router.upstreams import Upstream, other
+from router.wire import ConnectFailed, Response, WireClient, WireError, WireTimeout
 
 PROXY_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
@@ -50,10 +55,27 @@ class _Done:
         self.finished = False
 
 
+class ProxyHost(Protocol):
+    """What the request path needs of the router (router.app.Router is one)."""
+
+    config: RouterConfig
+    metrics: RouterMetrics
+    admission: Admission
+    counter: TokenCounter
+    wire: WireClient
+    length_limit: LengthLimitTracker
+    clock: Callable[[], float]
+
+    @property
+    def policy(self) -> Policy: ...
+
+    def mark_down(self, u: Upstream, why: str) -> None: ...
+
+
 class Proxy:
     """Handles POST /v1/completions and /v1/chat/completions as raw ASGI (the hot path)."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: ProxyHost) -> None:
         self.r = router
         self.m = router.metrics
 
@@ -119,19 +141,16 @@ class Proxy:
         model = doc.get("model")
         model = model if isinstance(model, str) else None
         tokens = await self.r.counter.count(prompt, model)
-        pol = self.r.store.policy
-        limit_tokens = pol.length_limit_tokens
-        if limit_tokens is not None and tokens > limit_tokens and pol.length_limit_active(self.r.clock()):
-            client = self._client_id(scope, doc)
-            if (pol.length_limit_client is None or pol.length_limit_client == client) and \
-                    (pol.length_limit_model is None or pol.length_limit_model == model):
-                self.r.length_limit_last_rejection = self.r.clock()
-                return await self._reject(
-                    send, 413, "length_limit",
-                    f"prompt of about {tokens} tokens is over the emergency length limit of {limit_tokens} tokens",
-                    "PromptTooLong", limit_tokens=limit_tokens, prompt_tokens=tokens,
-                    expires_at=pol.length_limit_expires_at), "none"
-        role = "hot" if tokens < pol.route_threshold_tokens else "cold"
+        pol = self.r.policy
+        now = self.r.clock()
+        if length_limit_refuses(pol, tokens, now, model=model, client=lambda: self._client_id(scope, doc)):
+            self.r.length_limit.refused(now)
+            return await self._reject(
+                send, 413, "length_limit",
+                f"prompt of about {tokens} tokens is over the emergency length limit of {pol.length_limit_tokens} "
+                "tokens", "PromptTooLong", limit_tokens=pol.length_limit_tokens, prompt_tokens=tokens,
+                expires_at=pol.length_limit_expires_at), "none"
+        role = route(pol, tokens)
         done = _Done()
         task = asyncio.current_task()
         assert task is not None
@@ -168,22 +187,13 @@ class Proxy:
 
     # ----- routing and admission -----------------------------------------------------------------
 
-    def _choose(self, role: str, tokens: int) -> str | None:
-        adm = self.r.admission
-        if adm.has_eligible(role):
-            return role
-        alt = other(role)
-        if adm.has_eligible(alt) and self.r.fits(alt, tokens):
-            return alt
-        return None
-
     async def _run(self, scope: Scope, send: Send, endpoint: str, body: bytes, doc: dict[str, Any], tokens: int,
                    routed: str, threshold: int, done: _Done) -> tuple[int, str]:
         headers = [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
         path = endpoint + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
         stream = bool(doc.get("stream"))
         for _ in range(CONNECT_ATTEMPTS):
-            role = self._choose(routed, tokens)
+            role = self.r.admission.role_for(routed, tokens)
             if role is None:
                 return await self._no_upstream(send, routed, tokens), routed
             try:

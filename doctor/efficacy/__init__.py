@@ -1,18 +1,20 @@
 """Remediation efficacy: paired runs of an incident scenario in virtual time, without and with the doctor acting.
 
 Both runs share the trace, the seed and the deployment: the scenario's engines in `sim.harness`, behind a
-virtual-time router with the real router's policy semantics (router.policy.Policy: length limit -> 413,
-route threshold, per-upstream max in flight with a queue per role released shortest-first with the
-fairness window and the batch timeout, upstream states, fail-over to the other role where the prompt fits).
+virtual-time router that runs the real router's sans-IO decisions (router.decide: route by length, the length
+limit with its client/model scope -> 413; router.release: per-upstream max in flight with a queue per role
+released shortest-first with the fairness window and the batch timeout, fail-over to the other role where the
+prompt fits; router.upstreams; router.length_limit), only its clock, timers, health and dispatch simulated.
 Every `eval_every_s` the doctor reads the engines as `doctor diagnose` does (doctor.accuracy.Observer) and
 runs the playbooks. In `observe` mode it stops there; in `auto` mode `HarnessDoctor` applies the first remedy
-of each warning or critical finding through harness actuators that act as the real ones do (router policy
-changes; relaunches blue/green on spare GPUs, else drain -> stop -> start after the modelled start-up -> warm
-up -> resume; /sleep + /wake_up for defragment; a replica or tensor-parallel shards on free simulated GPUs),
-behind simplified guardrails: one action per target per cycle, a cooldown per action and target, an hourly
-budget, parameter bounds, a lock per engine while a change is under way, and verification (the planner's
-VerifySpec for the playbook and action, the harness's own where the planner has none) with rollback by the
-inverse.
+of each warning or critical finding through doctor's RouterActuator (its policy API calls answered in process
+by the virtual router) and harness engine actuators that act as the real ones do (relaunches blue/green on
+spare GPUs, else drain -> stop -> start after the modelled start-up -> warm up -> resume; /sleep + /wake_up
+for defragment; a replica or tensor-parallel shards on free simulated GPUs), behind simplified guardrails with
+the config's settings (DoctorConfig(): cooldown, hourly budget, bounds, verification window, the length
+limit's lift): one action per target per cycle, a cooldown per action and target, an hourly budget, parameter
+bounds, a lock per engine while a change is under way, and verification (the planner's VerifySpec for the
+playbook and action, the harness's own where the planner has none) with rollback by the inverse.
 `measure` turns the requests' client-side view into the comparison's numbers.
 
 The package, one concern a module, layered so that imports only point down:
@@ -21,7 +23,7 @@ harness (the client's view of a request) <- vrouter (the virtual router) <- rout
 harness <- result (what a run leaves) <- measure (the numbers) <- runner (one run, a pair of runs).
 """
 
-from doctor.efficacy.actor import BUDGET_PER_HOUR, COOLDOWN_S, VERIFY_QUEUE, VERIFY_S, HarnessDoctor
+from doctor.efficacy.actor import VERIFY_QUEUE, HarnessDoctor
 from doctor.efficacy.engine_ops import DRAIN_TIMEOUT_S, SETTLE_S, EngineHook
 from doctor.efficacy.harness import (
     LONG_CLASS_TOKENS,
@@ -34,7 +36,7 @@ from doctor.efficacy.harness import (
 )
 from doctor.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
 from doctor.efficacy.result import Evaluation, RunResult
-from doctor.efficacy.router_ops import BATCH_TIMEOUT_BOUNDS_MS
+from doctor.efficacy.router_ops import apply_router_action, policy_api
 from doctor.efficacy.runner import (
     DRAIN_LIMIT_S,
     PROBE_FROM,
@@ -46,13 +48,10 @@ from doctor.efficacy.runner import (
     run,
     run_pair,
 )
-from doctor.efficacy.vrouter import HEALTH_EVERY_S, VirtualRouter, without
+from doctor.efficacy.vrouter import HEALTH_EVERY_S, VirtualRouter, engine_url, without
 from doctor.remedy.planner import ROUTER_KINDS
 
 __all__ = [
-    "BATCH_TIMEOUT_BOUNDS_MS",
-    "BUDGET_PER_HOUR",
-    "COOLDOWN_S",
     "DRAIN_LIMIT_S",
     "DRAIN_TIMEOUT_S",
     "HEALTH_EVERY_S",
@@ -68,7 +67,6 @@ __all__ = [
     "TPOT_SLO_S",
     "TTFT_SLO_S",
     "VERIFY_QUEUE",
-    "VERIFY_S",
     "WINDOW_S",
     "EfficacyHarness",
     "EngineHook",
@@ -78,8 +76,11 @@ __all__ = [
     "Pair",
     "RunResult",
     "VirtualRouter",
+    "apply_router_action",
+    "engine_url",
     "measure",
     "percentile",
+    "policy_api",
     "ramp_arrivals",
     "run",
     "run_pair",

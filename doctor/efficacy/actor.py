@@ -1,6 +1,8 @@
 """The doctor in auto mode in an efficacy run: the first remedy of each finding, behind simplified guardrails (one
 action per target per cycle, a cooldown per action and target, an hourly budget, a lock per engine), verified with
-the planner's own specs and rolled back when it did not help. The actuators are in engine_ops and router_ops."""
+the planner's own specs and rolled back when it did not help. The actuators are in engine_ops and router_ops.
+Cooldown, budget, verification window, bounds and the lift's settings are the doctor's config (its real
+defaults unless a run is given another DoctorConfig)."""
 
 from __future__ import annotations
 
@@ -22,21 +24,16 @@ from doctor.remedy.planner import ROUTER_KINDS, verify_spec
 from playbooks import registry
 from playbooks.model import Action, Finding
 
-COOLDOWN_S = 600.0  # per action kind + target
-VERIFY_S = 120.0  # after an action is in effect, what it should improve must have improved
-BUDGET_PER_HOUR = 6
 VERIFY_QUEUE = ("length_limit", "scale_out", "set_max_in_flight", "stop_routing")
-LIFT_AFTER_S = DoctorConfig().length_limit_lift_after_s  # the doctor's defaults
-LIFT_MAX_REFUSALS = DoctorConfig().length_limit_lift_max_refusals
 
 
 class HarnessDoctor(EngineOps):
     """Applies the first remedy of each warning or critical finding to the harness, as doctor's actuators do."""
 
-    def __init__(self, h: EfficacyHarness, router: VirtualRouter, *, gpus: int, cooldown_s: float, verify_s: float,
+    def __init__(self, h: EfficacyHarness, router: VirtualRouter, *, gpus: int, config: DoctorConfig,
                  on_engine: EngineHook) -> None:
-        self.h, self.router = h, router
-        self.gpus, self.cooldown_s, self.verify_s = gpus, cooldown_s, verify_s
+        self.h, self.router, self.config = h, router, config
+        self.gpus, self.cooldown_s, self.verify_s = gpus, config.cooldown_s, config.verify_s
         self.on_engine = on_engine
         self.log: list[Attempt] = []
         self.owned = {n: e.core.config.gpus for n, e in h.engines.items()}
@@ -59,7 +56,8 @@ class HarnessDoctor(EngineOps):
             if a.target in used or self.busy(engine) or now - self._last.get(key, -math.inf) < self.cooldown_s:
                 continue
             used.add(a.target)
-            spent = sum(now - x.decided < 3600 and x.record.status != "refused" for x in self.log) >= BUDGET_PER_HOUR
+            spent = sum(now - x.decided < 3600 and x.record.status != "refused" for x in self.log) >= \
+                self.config.hourly_action_budget
             router = {"router": Signals("router", 0.0, values=self.router.length_limit_signals())}
             in_force = already_in_force(a, router)
             act = self._start(a, f, now, signals, refuse="hourly action budget spent" if spent else in_force or None)
@@ -119,18 +117,21 @@ class HarnessDoctor(EngineOps):
         router = self.router.length_limit_signals()
         seen = {n: replace(s, values={**s.values, **router}) for n, s in signals.items()}
         queue = registry.get("queue_pressure").defaults
-        refused = sum(1 for t in self.router.length_limit_refusals if t > now - LIFT_AFTER_S)
+        lift_after_s = self.config.length_limit_lift_after_s
+        refused = self.router.length_limit.refusals_since(now - lift_after_s)
         for act in self.log:
             rec = act.record
             if limit_tokens(rec) is None or act.finding is None:
                 continue
             last = self._last.get(("length_limit", "router", act.finding.engine), -math.inf)
-            d = judge(rec, seen, lift_after_s=LIFT_AFTER_S, queue_limits=lambda _: queue,
+            d = judge(rec, seen, lift_after_s=lift_after_s, queue_limits=lambda _: queue,
                       cooldown_left_s=max(0.0, self.cooldown_s - (now - last)), now=now,
-                      refused_in_window=float(refused), max_refusals=float(LIFT_MAX_REFUSALS))
+                      refused_in_window=float(refused),
+                      max_refusals=float(self.config.length_limit_lift_max_refusals))
             if d.done or (d.lift and not wanted):
                 if d.lift:
-                    apply_router_action(self.router, self.h, Action("length_limit", "router", {"max_tokens": None}))
+                    apply_router_action(self.router, self.h, Action("length_limit", "router", {"max_tokens": None}),
+                                        self.config)
                 rec.status, rec.reason = "expired", ("lifted early: " if d.lift else "") + d.reason
                 rec.updated_at = now
 
@@ -138,7 +139,7 @@ class HarnessDoctor(EngineOps):
 
     def _apply(self, a: Action, act: Attempt) -> Action | None:
         if a.target == "router" or a.kind in ROUTER_KINDS:
-            inverse = apply_router_action(self.router, self.h, a)
+            inverse = apply_router_action(self.router, self.h, a, self.config)
             self._done(act)
             return inverse
         name = a.target

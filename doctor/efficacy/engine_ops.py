@@ -11,7 +11,7 @@ from typing import Any
 from doctor.accuracy import WARMUP_S
 from doctor.efficacy.attempt import Attempt
 from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.vrouter import VirtualRouter, without
+from doctor.efficacy.vrouter import VirtualRouter, engine_url, without
 from doctor.remedy.model import Refused
 from playbooks.model import Action
 from router.policy import UpstreamSpec, with_upstream_state
@@ -131,7 +131,7 @@ class EngineOps:
 
         def swap() -> None:
             pol = self.router.policy
-            ups = (*pol.upstreams.get(role, ()), UpstreamSpec(new, f"sim://{new}", "active", spec.max_in_flight))
+            ups = (*pol.upstreams.get(role, ()), UpstreamSpec(new, engine_url(new), "active", spec.max_in_flight))
             self.router.set_policy(replace(pol, upstreams={**pol.upstreams, role: ups}))
             self.renamed[name] = new
             self._done(act)  # in effect: the new engine serves
@@ -177,7 +177,7 @@ class EngineOps:
         t0 = self.h.now
 
         def wait() -> None:
-            left = self.router.in_flight.get(name, 0)
+            left = self.router.in_flight(name)
             if left == 0:
                 then()
             elif timeout_s is not None and self.h.now - t0 >= timeout_s:
@@ -254,7 +254,7 @@ class EngineOps:
 
         def join() -> None:
             pol = self.router.policy
-            ups = (*pol.upstreams.get(role, ()), UpstreamSpec(new, f"sim://{new}", "active", spec.max_in_flight))
+            ups = (*pol.upstreams.get(role, ()), UpstreamSpec(new, engine_url(new), "active", spec.max_in_flight))
             self.router.set_policy(replace(pol, upstreams={**pol.upstreams, role: ups}))
             self._busy[name] -= 1
             self._done(act)

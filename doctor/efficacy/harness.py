@@ -64,6 +64,8 @@ class Outcome:
     upstream: str | None = None
     rejected: int | None = None  # HTTP status the router answered itself (413, 429, 503)
     record: ClientRecord | None = None
+    client: str = ""  # the client id the router sees (X-Client-Id or the body's "user")
+    model: str | None = None  # the body's "model"
 
     @property
     def cls(self) -> str:

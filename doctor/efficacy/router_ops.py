@@ -1,77 +1,66 @@
-"""Router actions in an efficacy run: the virtual router's policy changed as doctor's router actuator changes the
-real one (the same policy checks, bounds and inverses)."""
+"""Router actions in an efficacy run: doctor's own RouterActuator, its policy API calls answered in process by the
+virtual router (GET and PUT /router/policy with the router's checks), on the harness's virtual clock. Only the
+transport and the clock are the harness's; the checks, bounds (the config's), mutations and inverses are the
+actuator's."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+import asyncio
+import dataclasses
+import json
+from pathlib import Path
 
+import httpx
+
+from doctor.config import DoctorConfig
 from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.vrouter import VirtualRouter
-from doctor.remedy.model import Refused
+from doctor.efficacy.vrouter import VirtualRouter, engine_url
+from doctor.remedy.model import ActuatorContext, ActuatorError, EngineTarget, Refused
+from doctor.remedy.router_actuator import RouterActuator
 from playbooks.model import Action
-from router.policy import PolicyError, check_limits, with_upstream_state
+from router.policy import PolicyError
 
-BATCH_TIMEOUT_BOUNDS_MS = (50, 200)
+ROUTER_URL = "http://virtual-router"  # never dialled: the transport below answers in process
 
 
-def apply_router_action(router: VirtualRouter, h: EfficacyHarness, a: Action) -> Action:
-    """Change the virtual router's policy as the router actuator would; returns the inverse action."""
-    pol, now, p = router.policy, h.now, a.params
-    engine = str(p.get("engine", a.target))
-    if a.kind == "length_limit":
-        tokens = p.get("max_tokens")
-        if tokens is None:
-            new = replace(pol, length_limit_tokens=None, length_limit_expires_at=None)
-        elif isinstance(tokens, int):
-            new = replace(pol, length_limit_tokens=tokens,
-                          length_limit_expires_at=now + float(p.get("expires_in_s", 3600)))
-        else:
-            raise Refused(f"length_limit: max_tokens must be a number, got {tokens!r}")
-        old = pol.length_limit_tokens if pol.length_limit_active(now) else None
-        inv: dict[str, Any] = {"max_tokens": old}
-    elif a.kind == "set_route_threshold":
-        new = replace(pol, route_threshold_tokens=_int(p, "threshold_tokens", 1))
-        inv = {"threshold_tokens": pol.route_threshold_tokens}
-    elif a.kind == "set_batch_timeout":
-        ms = p.get("batch_timeout_ms")
-        lo, hi = BATCH_TIMEOUT_BOUNDS_MS
-        if ms is not None and (not isinstance(ms, int) or not lo <= ms <= hi):
-            raise Refused(f"set_batch_timeout: {ms!r} ms is outside the bounds {lo}..{hi} ms")
-        new = replace(pol, batch_timeout_ms=ms or 0)
-        inv = {"engine": engine, "batch_timeout_ms": pol.batch_timeout_ms or None}
-    elif a.kind == "set_fairness_window":
-        new = replace(pol, fairness_window=_int(p, "window", 0))
-        inv = {"window": pol.fairness_window}
-    elif a.kind in ("set_max_in_flight", "stop_routing"):
-        found = router.upstream(engine)
-        if found is None:
-            raise Refused(f"{a.kind}: the router has no upstream {engine!r}")
-        u = found[1]
-        if a.kind == "set_max_in_flight":
-            cap = 256 if p.get("max_in_flight") is None else _int(p, "max_in_flight", 1)
-            new = replace(pol, upstreams={r: tuple(replace(x, max_in_flight=cap) if x.name == engine else x
-                                                   for x in ups) for r, ups in pol.upstreams.items()})
-            inv = {"engine": engine, "max_in_flight": u.max_in_flight}
-        else:
-            state = str(p.get("state") or ("active" if p.get("resume") else "draining"))
-            new = with_upstream_state(pol, engine, state)
-            inv = {"engine": engine, "state": u.state}
-    else:
-        raise Refused(f"{a.kind} is not a router action")
-    mml = {n: e.core.config.max_model_len for n, e in h.engines.items()}
+def policy_api(router: VirtualRouter) -> httpx.MockTransport:
+    """The router's policy API over `router`: GET and PUT /router/policy, errors in the router's shape."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/router/policy":
+            return httpx.Response(404, json={"error": {"message": f"no route {request.url.path}"}})
+        if request.method == "GET":
+            return httpx.Response(200, json=router.policy_document())
+        if request.method != "PUT":
+            return httpx.Response(405, json={"error": {"message": f"{request.method} is not allowed"}})
+        try:
+            changes = router.put_policy(json.loads(request.content))
+        except PolicyError as exc:
+            return httpx.Response(exc.status, json={"error": {"message": str(exc)}})
+        return httpx.Response(200, json={"version": router.version, "changes": changes})
+
+    return httpx.MockTransport(handle)
+
+
+def actuator_context(router: VirtualRouter, h: EfficacyHarness, config: DoctorConfig) -> ActuatorContext:
+    """The harness's engines and router as the actuators see them, with the config's bounds."""
+    roles = {u.name: role for role, u in router.policy.all_upstreams()}
+    engines = {n: EngineTarget(n, roles.get(n), engine_url(n), max_model_len=e.core.config.max_model_len)
+               for n, e in h.engines.items()}
+    return ActuatorContext(engines=engines, state_dir=Path("efficacy-run-has-no-state-dir"), router_url=ROUTER_URL,
+                           bounds=dataclasses.asdict(config.bounds), timeout_s=config.request_timeout_s)
+
+
+def apply_router_action(router: VirtualRouter, h: EfficacyHarness, a: Action,
+                        config: DoctorConfig | None = None) -> Action | None:
+    """Apply `a` to the virtual router through doctor's RouterActuator; returns its inverse. Refused when the
+    actuator or the router refuses it (nothing changed)."""
+    transport = policy_api(router)
+    actuator = RouterActuator(client_factory=lambda timeout_s: httpx.AsyncClient(transport=transport,
+                                                                                 timeout=timeout_s),
+                              clock=lambda: h.now)
     try:
-        check_limits(new, mml, now=now, previous=pol)
-    except PolicyError as exc:
+        applied = asyncio.run(actuator.apply(a, actuator_context(router, h, config or DoctorConfig())))
+    except ActuatorError as exc:
         raise Refused(f"{a.kind}: {exc}") from None
-    if not router.set_policy(new):
-        raise Refused(f"{a.kind}: already in effect")
-    return Action(a.kind, "router", inv)
-
-
-
-def _int(p: Any, key: str, lo: int) -> int:
-    v = p.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise Refused(f"{key} must be an integer >= {lo}, got {v!r}")
-    return v
+    return applied.inverse

@@ -16,11 +16,12 @@ from doctor.accuracy import (
     ScenarioSettings,
     history_at,
 )
-from doctor.efficacy.actor import COOLDOWN_S, VERIFY_S, HarnessDoctor
+from doctor.config import DoctorConfig
+from doctor.efficacy.actor import HarnessDoctor
 from doctor.efficacy.harness import EfficacyHarness
 from doctor.efficacy.measure import measure
 from doctor.efficacy.result import Evaluation, RunResult
-from doctor.efficacy.vrouter import VirtualRouter
+from doctor.efficacy.vrouter import VirtualRouter, engine_url
 from doctor.pipeline import build_views, run_playbooks
 from router.policy import initial_policy
 from sim.scenarios import Scenario
@@ -35,10 +36,11 @@ PROBE_FROM, PROBE_TO, PROBE_S, PROBE_TAIL_S = 0.5, 3.0, 450.0, 60.0
 
 
 def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: float | None = None,
-        eval_every_s: float = 30.0, gpus: int = 4, cooldown_s: float = COOLDOWN_S,
-        verify_s: float = VERIFY_S, probe: bool = False) -> RunResult:
-    """Run `scenario` in virtual time with the doctor in `mode` (observe: reads and reports only; auto: acts);
-    with `probe`, then measure the capacity the deployment was left with (see PROBE_S)."""
+        eval_every_s: float = 30.0, gpus: int = 4, config: DoctorConfig | None = None,
+        probe: bool = False) -> RunResult:
+    """Run `scenario` in virtual time with the doctor in `mode` (observe: reads and reports only; auto: acts)
+    behind the guardrails `config` sets (default: the shipped defaults, DoctorConfig()); with `probe`, then
+    measure the capacity the deployment was left with (see PROBE_S)."""
     if mode not in ("observe", "auto"):
         raise ValueError(f"mode must be observe or auto, got {mode!r}")
     if eval_every_s <= 0:
@@ -53,9 +55,10 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
         h.warm_up(e.name, at=h.start)
     h.run_until(h.start + WARMUP_S)
     t0 = h.now
-    router = VirtualRouter(h, initial_policy([f"sim://{e.name}" for e in sc.engines if e.role == "hot"],
-                                             [f"sim://{e.name}" for e in sc.engines if e.role == "cold"],
-                                             route_threshold_tokens=sc.route_threshold))
+    router = VirtualRouter(h, initial_policy([engine_url(e.name) for e in sc.engines if e.role == "hot"],
+                                             [engine_url(e.name) for e in sc.engines if e.role == "cold"],
+                                             route_threshold_tokens=sc.route_threshold),
+                           model=sc.argv_for(sc.engines[0].name, seed)[0])  # requests name the served model
     specs = list(sc.requests(seed))
     for spec in specs:
         router.submit(spec, t0 + spec.arrival_s)
@@ -66,8 +69,7 @@ def run(scenario: Scenario, *, seed: int = 0, mode: str = "auto", duration_s: fl
     settings = ScenarioSettings(sc.templates_on)
     history = MemoryHistory()
     state: MutableMapping[str, dict[str, Any]] = {}
-    doctor = HarnessDoctor(h, router, gpus=gpus, cooldown_s=cooldown_s, verify_s=verify_s,
-                           on_engine=observer.watch)
+    doctor = HarnessDoctor(h, router, gpus=gpus, config=config or DoctorConfig(), on_engine=observer.watch)
     evaluations: list[Evaluation] = []
     t_prev, k = t0, 1
     while k * eval_every_s <= duration + 1e-9:

@@ -1,63 +1,83 @@
-"""The virtual router: the real router's policy semantics on the harness's virtual clock."""
+"""The virtual router: the real router's decisions (router.decide, router.release, router.upstreams,
+router.length_limit) on the harness's virtual clock. Only the I/O is the harness's: time, timers, health (the
+simulated engine is alive and not stopped for a change) and dispatch (a request submitted to the sim engine)."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 from doctor.efficacy.harness import EfficacyHarness, Outcome
-from router.policy import ROLES, Policy, UpstreamSpec, diff
+from router.decide import length_limit_refuses, route
+from router.length_limit import LengthLimitTracker
+from router.policy import ROLES, Policy, UpstreamSpec, check_limits, diff, parse_versioned
+from router.release import AdmissionCore, AdmissionIo, NoUpstream, QueueFull
+from router.upstreams import Upstream, UpstreamSet
 from sim.workload import RequestSpec
 
 HEALTH_EVERY_S = 2.0  # the router's health loop
 
 
-@dataclass(eq=False)
-class _Waiter:
-    seq: int
-    role: str
-    tokens: int
-    arrived: float
-    out: Outcome
-    passed: int = 0
+def engine_url(name: str) -> str:
+    """The URL a sim engine is known by in the router's policy (never dialled: requests go to the harness)."""
+    return f"http://{name}.sim"
 
 
 class VirtualRouter:
-    """The router's policy semantics (router/proxy.py, router/admission.py) on the harness's virtual clock."""
+    """The router's admission, routing and length limit over the harness's sim engines, in virtual time."""
 
-    def __init__(self, h: EfficacyHarness, policy: Policy) -> None:
+    def __init__(self, h: EfficacyHarness, policy: Policy, *, model: str | None = None, client: str = "") -> None:
         self.h = h
         self.policy = policy
-        self.in_flight: dict[str, int] = {}
+        self.model, self.client = model, client  # what a request carries unless submit says otherwise
         self.down: set[str] = set()  # upstreams whose engine is stopped for a change
-        self.queues: dict[str, list[_Waiter]] = {r: [] for r in ROLES}
         self.outcomes: list[Outcome] = []
         self.changes: list[tuple[float, str]] = []  # (virtual time, policy diff line)
-        self._due: dict[str, float | None] = {r: None for r in ROLES}
-        self._seq = 0
-        self.length_limit_since = h.now  # router_length_limit_idle_seconds, as router/app.py keeps it
-        self.length_limit_last_rejection: float | None = None
-        self.length_limit_refusals: list[float] = []  # when each request was refused for the limit
+        self.version = 1  # of the policy document, as the router's policy API counts it
+        self.upstreams = UpstreamSet()
+        self.length_limit = LengthLimitTracker(h.now)  # router_length_limit_idle_seconds, as router/app.py keeps it
+        io: AdmissionIo[Outcome] = AdmissionIo(lambda: self.h.now, self._call_at, self._dispatch, self._fail,
+                                               _settled)
+        self.admission = AdmissionCore(self.upstreams.pools, lambda: self.policy, io)
+        self.upstreams.sync(policy)
         h.schedule(h.now + HEALTH_EVERY_S, self._health)
 
     # ----- policy and upstreams ------------------------------------------------------------------
 
+    def policy_document(self) -> dict[str, Any]:
+        """What GET /router/policy answers (router.app.Router.policy_document, less its token method)."""
+        self._refresh()
+        return {"version": self.version, "updated_at": self.h.now, **self.policy.to_dict(),
+                "status": {"length_limit_active": self.policy.length_limit_active(self.h.now),
+                           "queues": {r: self.admission.queue_length(r) for r in ROLES},
+                           "upstreams": {u.name: u.status() for u in self.upstreams.all()}}}
+
+    def put_policy(self, doc: Any) -> list[str]:
+        """PUT /router/policy: the router's checks (PolicyError), then the change; returns its diff lines."""
+        new = parse_versioned(doc, version=self.version, now=self.h.now)
+        check_limits(new, {n: e.core.config.max_model_len for n, e in self.h.engines.items()}, now=self.h.now,
+                     previous=self.policy)
+        return self.set_policy(new)
+
     def set_policy(self, new: Policy) -> list[str]:
         changes = diff(self.policy, new)
-        if new.length_limit_rule() != self.policy.length_limit_rule():
-            self.length_limit_since, self.length_limit_last_rejection = self.h.now, None
+        self.length_limit.policy_changed(self.policy, new, self.h.now)
         self.policy = new
+        self.version += 1
         self.changes += [(self.h.now, c) for c in changes]
-        self.pump_all()
+        self.upstreams.sync(new)
+        self._refresh()
+        self.admission.pump_all()
         return changes
 
     def length_limit_signals(self) -> dict[str, float | None]:
         """The router signals doctor reads from router_length_limit_tokens and router_length_limit_idle_seconds."""
-        now, pol = self.h.now, self.policy
-        if not pol.length_limit_active(now) or pol.length_limit_tokens is None:
+        idle = self.length_limit.idle_s(self.policy, self.h.now)
+        if idle is None or self.policy.length_limit_tokens is None:
             return {"length_limit_tokens": 0.0, "length_limit_idle_s": None}
-        since = max(self.length_limit_since, self.length_limit_last_rejection or self.length_limit_since)
-        return {"length_limit_tokens": float(pol.length_limit_tokens), "length_limit_idle_s": now - since}
+        return {"length_limit_tokens": float(self.policy.length_limit_tokens), "length_limit_idle_s": idle}
 
     def upstream(self, name: str) -> tuple[str, UpstreamSpec] | None:
         for role, u in self.policy.all_upstreams():
@@ -65,149 +85,84 @@ class VirtualRouter:
                 return role, u
         return None
 
+    def in_flight(self, name: str) -> int:
+        """Requests in flight on upstream `name` (one still finishing after its removal included)."""
+        return sum(u.in_flight for u in (*self.upstreams.all(), *self.upstreams.detached) if u.name == name)
+
     def healthy(self, name: str) -> bool:
         e = self.h.engines.get(name)
         return e is not None and not e.core.dead and name not in self.down
 
-    def _eligible(self, role: str) -> list[UpstreamSpec]:
-        return [u for u in self.policy.upstreams.get(role, ()) if u.state == "active" and self.healthy(u.name)]
-
-    def fits(self, role: str, tokens: int) -> bool:
-        return any(tokens < self.h.engines[u.name].core.config.max_model_len for u in self._eligible(role))
-
-    def _best(self, ups: list[UpstreamSpec]) -> UpstreamSpec | None:
-        best, room = None, 0
-        for u in ups:
-            free = u.max_in_flight - self.in_flight.get(u.name, 0)
-            if free > room:
-                best, room = u, free
-        return best
+    def _refresh(self) -> None:
+        """Health and max_model_len as the router's probes would find them (read live from the sim)."""
+        for u in self.upstreams.all():
+            u.healthy = self.healthy(u.name)
+            e = self.h.engines.get(u.name)
+            u.max_model_len = e.core.config.max_model_len if e is not None else u.max_model_len
 
     def _health(self) -> None:
-        self.pump_all()
+        self._refresh()
+        self.admission.pump_all()
         self.h.schedule(self.h.now + HEALTH_EVERY_S, self._health)
 
     # ----- requests ------------------------------------------------------------------------------
 
-    def submit(self, spec: RequestSpec, at: float) -> Outcome:
-        out = Outcome(spec, at)
+    def submit(self, spec: RequestSpec, at: float, *, client: str | None = None,
+               model: str | None = None) -> Outcome:
+        out = Outcome(spec, at, client=self.client if client is None else client,
+                      model=self.model if model is None else model)
         self.outcomes.append(out)
         self.h.schedule(at, functools.partial(self._arrive, out))
         return out
 
     def _arrive(self, out: Outcome) -> None:
+        self._refresh()
         pol, now, tokens = self.policy, self.h.now, out.spec.prompt_tokens
-        if pol.length_limit_tokens is not None and tokens > pol.length_limit_tokens and pol.length_limit_active(now):
+        if length_limit_refuses(pol, tokens, now, model=out.model, client=lambda: out.client):
             out.rejected = 413
-            self.length_limit_last_rejection = now
-            self.length_limit_refusals.append(now)
+            self.length_limit.refused(now)
             return
-        routed = "hot" if tokens < pol.route_threshold_tokens else "cold"
-        role = routed if self._eligible(routed) else ("cold" if routed == "hot" else "hot")
-        out.role = routed
-        if role != routed and not self.fits(role, tokens):
+        out.role = routed = route(pol, tokens)
+        role = self.admission.role_for(routed, tokens)
+        if role is None:
             out.rejected = 503
             return
         out.role = role
-        q = self.queues[role]
-        if not q and pol.batch_timeout_ms == 0:
-            u = self._best(self._eligible(role))
-            if u is not None:
-                self._dispatch(u, out)
-                return
-        if len(q) >= pol.max_queue:
+        seq = self.admission.next_seq()
+        u = self.admission.take_now(role, seq)
+        if u is not None:
+            self._dispatch(out, u)
+            return
+        try:
+            self.admission.enqueue(role, tokens, out, seq)
+        except QueueFull:
             out.rejected = 429
-            return
-        self._seq += 1
-        q.append(_Waiter(self._seq, role, tokens, now, out))
-        self.pump(role)
+        except NoUpstream:
+            out.rejected = 503
 
-    def _dispatch(self, u: UpstreamSpec, out: Outcome) -> None:
-        self.in_flight[u.name] = self.in_flight.get(u.name, 0) + 1
+    # ----- the admission core's I/O --------------------------------------------------------------
+
+    def _dispatch(self, out: Outcome, u: Upstream) -> None:
         out.upstream = u.name
-        out.record = self.h.submit(u.name, out.spec, at=self.h.now, on_finish=functools.partial(self._release, u.name))
+        out.record = self.h.submit(u.name, out.spec, at=self.h.now, on_finish=functools.partial(self._release, u))
 
-    def _release(self, name: str) -> None:
-        self.in_flight[name] -= 1
-        found = self.upstream(name)
-        if found is not None:
-            self.pump(found[0])
+    def _fail(self, out: Outcome, exc: Exception) -> None:
+        out.rejected = 503
 
-    # ----- the release rule ----------------------------------------------------------------------
+    def _release(self, u: Upstream) -> None:
+        self._refresh()
+        self.admission.release(u, 0.0)
 
-    def pump(self, role: str) -> None:
-        q = self.queues[role]
-        if not q:
-            return
-        ups = self._eligible(role)
-        if not ups:
-            self._reroute(role)
-            return
-        free = sum(max(0, u.max_in_flight - self.in_flight.get(u.name, 0)) for u in ups)
-        if free <= 0:
-            return
-        pol, now = self.policy, self.h.now
-        wait_s = pol.batch_timeout_ms / 1000.0
-        if wait_s > 0 and len(q) < free and now < q[0].arrived + wait_s:
-            self._arm(role, q[0].arrived + wait_s)
-            return
-        for _ in range(min(len(q), free)):
-            w = _pick(q, pol.fairness_window)
-            u = self._best(ups)
-            assert u is not None
-            self._dispatch(u, w.out)
-        if q and wait_s > 0:
-            self._arm(role, max(now, q[0].arrived + wait_s))
-
-    def _arm(self, role: str, due: float) -> None:
-        cur = self._due[role]
-        if cur is not None and cur <= due:
-            return
-        self._due[role] = due
-
+    def _call_at(self, when: float, fn: Callable[[], None]) -> None:
         def fire() -> None:
-            if self._due[role] == due:
-                self._due[role] = None
-                self.pump(role)
+            self._refresh()
+            fn()
 
-        self.h.schedule(due, fire)
-
-    def _reroute(self, role: str) -> None:
-        """`role` has no eligible upstream: waiters move to the other role where they fit, else fail (503)."""
-        q = self.queues[role]
-        dest = "cold" if role == "hot" else "hot"
-        moved = False
-        for w in q:
-            if self._eligible(dest) and self.fits(dest, w.tokens):
-                w.role = dest
-                self.queues[dest].append(w)
-                moved = True
-            else:
-                w.out.rejected = 503
-        q.clear()
-        if moved:
-            self.queues[dest].sort(key=lambda w: (w.arrived, w.seq))
-            self.pump(dest)
-
-    def pump_all(self) -> None:
-        for role in ROLES:
-            if self.queues[role] and not self._eligible(role):
-                self._reroute(role)
-        for role in ROLES:
-            self.pump(role)
+        self.h.schedule(max(when, self.h.now), fire)
 
 
-def _pick(q: list[_Waiter], window: int) -> _Waiter:
-    """Shortest prompt first, except that a waiter passed by `window` later ones goes next (admission._pick)."""
-    if window <= 0 or len(q) == 1:
-        return q.pop(0)
-    idx = next((i for i, w in enumerate(q) if w.passed >= window), -1)
-    if idx < 0:
-        idx = min(range(len(q)), key=lambda i: (q[i].tokens, q[i].seq))
-    for w in q[:idx]:
-        w.passed += 1
-    return q.pop(idx)
-
+def _settled(out: Outcome) -> bool:
+    return out.rejected is not None or out.record is not None
 
 
 def without(policy: Policy, name: str) -> Policy:

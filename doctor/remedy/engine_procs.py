@@ -17,13 +17,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 
-from doctor.remedy.model import ActuatorError
+from doctor.remedy.model import ActuatorError, LaunchedEngine
 
 SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
 START_MARK = "=== serving-doctor launcher: starting "
@@ -44,26 +44,6 @@ def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
     with open(log, "ab") as out:
         return subprocess.Popen(command, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
-
-
-@dataclass
-class LaunchedEngine:
-    """One engine process the launcher started (its record under STATE_DIR/engines/NAME@PORT.json)."""
-
-    name: str
-    pid: int
-    port: int
-    url: str
-    gpus: tuple[int, ...]
-    command: str
-    log: str
-    args: dict[str, Any] = field(default_factory=dict)
-    started_at: float = 0.0
-    create_time: float | None = None  # psutil's, to tell a reused pid apart
-
-    @property
-    def key(self) -> str:
-        return f"{self.name}@{self.port}"
 
 
 def free_port(host: str) -> int:

@@ -31,14 +31,13 @@ from doctor.remedy.journal import Journal
 from doctor.remedy.model import Mode, Refused
 from doctor.remedy.planner import Planned
 from doctor.state import LockHeld, StateDir
+from playbooks.action_kinds import kinds, scope_of
 
 STATE_FILE = "guardrails.json"
 STATE_LOCK = "guardrails"
 HOUR_S = 3600.0
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_ENGINE_KINDS = ("relaunch", "defragment", "scale_out", "warm_up", "rewarm_prefix_cache", "reset_prefix_cache")
-_ROUTER_KINDS = ("set_batch_timeout", "set_max_in_flight", "length_limit", "set_route_threshold",
-                 "set_fairness_window", "stop_routing")
+PER_UPSTREAM = kinds(scope="router", per_upstream=True)  # router changes to one upstream (params.engine)
 _RELAUNCH_INTS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "api_server_count")
 
 
@@ -238,7 +237,7 @@ class Guardrails:
 
     def _bounds(self, planned: Planned, free_gpus: int | None) -> str | None:
         kind, p, b = planned.kind, planned.action.params, self.config.bounds
-        if kind not in _ENGINE_KINDS and kind not in _ROUTER_KINDS:
+        if scope_of(kind) not in ("router", "engine"):
             return f"unknown action kind {kind!r}"
         if kind == "set_batch_timeout":
             return _int_in(p, "batch_timeout_ms", b.batch_timeout_min_ms, b.batch_timeout_max_ms)
@@ -354,7 +353,7 @@ def _record_engines(action: Mapping[str, Any], engine: str) -> list[str]:
     if target != "router":
         return [target]
     named = action.get("params", {}).get("engine")
-    if str(action.get("action")) in ("set_max_in_flight", "stop_routing") and isinstance(named, str):
+    if str(action.get("action")) in PER_UPSTREAM and isinstance(named, str):
         return [named]
     return []
 

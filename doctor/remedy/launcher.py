@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -28,34 +28,34 @@ from doctor.remedy.engine_procs import (
     SECRET_ENV,
     START_MARK,
     EngineProcesses,
-    LaunchedEngine,
     Process,
     Spawner,
     free_port,
     popen_spawn,
     redact,
 )
-from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Refused
+from doctor.remedy.model import (
+    ActuatorContext,
+    ActuatorError,
+    Applied,
+    EngineTarget,
+    LaunchedEngine,
+    Launcher,
+    Refused,
+)
 from doctor.remedy.router_actuator import RouterActuator
 from doctor.remedy.vllm_admin import warm_up
+from playbooks.action_kinds import kinds
 from playbooks.model import Action
 
 __all__ = ["CONTROL_KEYS", "LAUNCHER_KINDS", "LOWER_FACTOR", "SECRET_ENV", "START_MARK", "EngineProcesses",
            "FreeMemory", "LaunchedEngine", "Launcher", "LocalLauncher", "Process", "Spawner", "free_port",
            "popen_spawn", "redact"]
 
-LAUNCHER_KINDS: tuple[str, ...] = ("relaunch", "scale_out")
+LAUNCHER_KINDS: tuple[str, ...] = kinds(actuator="launcher")
 CONTROL_KEYS = frozenset({"reason", "restore", "fallback"})  # action params that are not vLLM arguments
 LOWER_FACTOR = 0.75  # "lower" in a playbook's params: 75% of the current value
 FreeMemory = Callable[[int], "tuple[float, float] | None"]  # GPU index -> (free bytes, total bytes) or unknown
-
-
-class Launcher(Protocol):
-    """A backend that can (re)start engines. LocalLauncher; systemd and Kubernetes backends can follow."""
-
-    async def relaunch(self, target: EngineTarget, ctx: ActuatorContext, changes: Mapping[str, Any]) -> Applied: ...
-
-    def adopt(self) -> list[LaunchedEngine]: ...
 
 
 def _with_port(url: str, port: int) -> str:

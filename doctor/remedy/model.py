@@ -133,6 +133,34 @@ class ActuatorContext:
     timeout_s: float = 10.0
 
 
+@dataclass
+class LaunchedEngine:
+    """One engine process a launcher started (its record under STATE_DIR/engines/NAME@PORT.json)."""
+
+    name: str
+    pid: int
+    port: int
+    url: str
+    gpus: tuple[int, ...]
+    command: str
+    log: str
+    args: dict[str, Any] = field(default_factory=dict)
+    started_at: float = 0.0
+    create_time: float | None = None  # psutil's, to tell a reused pid apart
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.port}"
+
+
+class Launcher(Protocol):
+    """A backend that can (re)start engines: doctor.remedy.launcher.LocalLauncher; systemd or Kubernetes can follow."""
+
+    async def relaunch(self, target: EngineTarget, ctx: ActuatorContext, changes: Mapping[str, Any]) -> Applied: ...
+
+    def adopt(self) -> list[LaunchedEngine]: ...
+
+
 class Actuator(Protocol):
     """Applies some kinds of Action (playbooks.model.ACTION_KINDS) against the real thing it drives."""
 

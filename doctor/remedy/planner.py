@@ -59,14 +59,14 @@ from dataclasses import dataclass, replace
 
 from doctor.remedy.model import ActionRecord, VerifySpec
 from playbooks import registry
+from playbooks.action_kinds import kinds
 from playbooks.model import SEVERITY_RANK, Action, Finding
 
-ROUTER_KINDS: frozenset[str] = frozenset({"set_batch_timeout", "set_max_in_flight", "length_limit",
-                                          "set_route_threshold", "set_fairness_window", "stop_routing"})
+ROUTER_KINDS: frozenset[str] = frozenset(kinds(scope="router"))
 # Router actions that concern one upstream (params.engine); the others change the whole router's policy.
-ENGINE_SCOPED_ROUTER_KINDS: frozenset[str] = frozenset({"set_max_in_flight", "stop_routing"})
+ENGINE_SCOPED_ROUTER_KINDS: frozenset[str] = frozenset(kinds(scope="router", per_upstream=True))
 # Kinds after which a person must look even when they succeed.
-ESCALATING_KINDS: frozenset[str] = frozenset({"stop_routing", "escalate"})
+ESCALATING_KINDS: frozenset[str] = frozenset(kinds(escalates=True))
 
 
 def _down(signal: str, *, ratio: float | None = None, target: float | None = None, within: float = 120.0,

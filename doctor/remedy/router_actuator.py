@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 
 from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, Refused
+from playbooks.action_kinds import kinds
 from playbooks.model import Action
 
-ROUTER_KINDS: tuple[str, ...] = ("set_batch_timeout", "set_max_in_flight", "length_limit", "set_route_threshold",
-                                 "set_fairness_window", "stop_routing")
+ROUTER_KINDS: tuple[str, ...] = kinds(actuator="router")
+PER_UPSTREAM_KINDS: tuple[str, ...] = kinds(actuator="router", per_upstream=True)  # about one upstream (params.engine)
 DEFAULT_LENGTH_LIMIT_EXPIRY_S = 3600
 ROUTER_BATCH_TIMEOUT_MAX_MS = 1000  # what the router itself accepts (inverses restore within this)
 FAIRNESS_MAX = 10_000
@@ -145,7 +146,7 @@ class RouterActuator:
         if not ctx.router_url:
             raise Refused("no router is configured ([router] url in the config)")
         p, restore = action.params, bool(action.params.get("restore"))
-        if action.kind in ("set_max_in_flight", "stop_routing"):
+        if action.kind in PER_UPSTREAM_KINDS:
             engine = _engine_of(action)
             if engine is None:
                 raise Refused(f"{action.kind} needs params.engine (the upstream's name)")
@@ -228,7 +229,7 @@ class RouterActuator:
                 prev["max_tokens"] = doc.get("length_limit_tokens")
                 prev["expires_at"] = doc.get("length_limit_expires_at")
                 self._set_length_limit(doc, p, now)
-            elif action.kind in ("set_max_in_flight", "stop_routing"):
+            elif action.kind in PER_UPSTREAM_KINDS:
                 engine = _engine_of(action)
                 assert engine is not None
                 _, up = find_upstream(doc, engine)

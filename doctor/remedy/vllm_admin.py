@@ -12,19 +12,17 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from collectors.gpu import DcgmSource, GpuError, engine_fb_bytes
-from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Refused
+from doctor.remedy.model import ActuatorContext, ActuatorError, Applied, EngineTarget, Launcher, Refused
 from doctor.remedy.router_actuator import RouterActuator
+from playbooks.action_kinds import kinds
 from playbooks.model import Action
 
-if TYPE_CHECKING:
-    from doctor.remedy.launcher import Launcher
-
-ADMIN_KINDS: tuple[str, ...] = ("reset_prefix_cache", "rewarm_prefix_cache", "warm_up", "defragment")
+ADMIN_KINDS: tuple[str, ...] = kinds(actuator="vllm_admin")
 WARM_BATCHES: tuple[int, ...] = (4, 8, 16)
 WARM_PROMPT_TOKENS: tuple[int, ...] = (512, 1024, 2048)
 REQUEST_TIMEOUT_S = 300.0

@@ -45,7 +45,7 @@ def test_virtual_router_length_limit_queue_and_fairness() -> None:
     h = eff.EfficacyHarness(seed=1)
     h.add_engine("hot", ["m", "--max-num-seqs", "4"], env={"CUDA_VISIBLE_DEVICES": "0"})
     h.add_engine("cold", ["m", "--max-model-len", "32768"], env={"CUDA_VISIBLE_DEVICES": "1"})
-    pol = initial_policy(["sim://hot"], ["sim://cold"], max_in_flight=2)
+    pol = initial_policy([eff.engine_url("hot")], [eff.engine_url("cold")], max_in_flight=2)
     router = eff.VirtualRouter(h, replace(pol, length_limit_tokens=8192, length_limit_expires_at=h.now + 5.0))
     specs = [RequestSpec(i, 0.0, 1000 - i * 100, 8, False) for i in range(5)]
     outs = [router.submit(s, h.now) for s in specs]
@@ -53,7 +53,7 @@ def test_virtual_router_length_limit_queue_and_fairness() -> None:
     late = router.submit(RequestSpec(10, 0.0, 9000, 8, True), h.now + 10.0)  # after the limit expired
     h.run_for(1e-6)
     assert big.rejected == 413 and big.result == "rejected"
-    assert router.in_flight["hot"] == 2 and len(router.queues["hot"]) == 3  # max in flight holds the rest
+    assert router.in_flight("hot") == 2 and router.admission.queue_length("hot") == 3  # max in flight holds the rest
     h.run_for(120.0)
     assert all(o.result == "ok" for o in outs) and late.result == "ok" and late.upstream == "cold"
     # shortest first among the queued once slots free up
