@@ -16,12 +16,13 @@ from typing import TextIO
 
 import uvicorn
 
+from sim import dcgm
 from sim.args import EngineArgsError, SimOptions, build_parser, parse_engine_args
 from sim.engine import EngineConfig, EngineCore, EngineStartError
 from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
 from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
-from sim.server import SimServer, build_dcgm_app
+from sim.server import SimServer
 
 DEATH_SHUTDOWN_DELAY_S = 5.0  # vLLM's watchdog shuts the API server down a few seconds after engine death
 
@@ -86,11 +87,13 @@ class RunningEngine:
 
 async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger, sink: Callable[[list[str]], None],
                 on_ready: Callable[[RunningEngine], None] | None = None,
-                clock: Callable[[], float] = time.time) -> int:
-    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would."""
+                clock: Callable[[], float] = time.time, dcgm_port: int | None = None) -> int:
+    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would.
+
+    `dcgm_port` only names the node's exporter for the handle: the exporter is not the engine's.
+    """
     sock = bind_socket(options.host, options.port)
     port = sock.getsockname()[1]
-    dcgm_sock = bind_socket(options.host, options.dcgm_port) if options.dcgm_port is not None else None
     owner = f"{options.host}:{port}"
     core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger, owner=owner,
                       faults=options.faults)
@@ -107,11 +110,7 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]
-    if dcgm_sock is not None:
-        servers.append(_Server(uvicorn.Config(build_dcgm_app(core, clock), log_config=None,
-                                                     access_log=False, lifespan="off")))
-    handle = RunningEngine(runtime, server, servers, port,
-                           dcgm_sock.getsockname()[1] if dcgm_sock is not None else None)
+    handle = RunningEngine(runtime, server, servers, port, dcgm_port)
     loop = asyncio.get_running_loop()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -124,8 +123,6 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
         driver.on_death = shut_down_later
     driver_task = asyncio.ensure_future(driver.run())
     tasks = [asyncio.ensure_future(servers[0].serve(sockets=[sock]))]
-    if dcgm_sock is not None:
-        tasks.append(asyncio.ensure_future(servers[1].serve(sockets=[dcgm_sock])))
     while not all(s.started for s in servers) and not any(t.done() for t in tasks):
         await asyncio.sleep(0.01)
     if on_ready is not None:
@@ -152,9 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 2
     sink = LineWriter(sys.stdout, options.log_file)
-    ledger: GpuLedger = FileLedger(options.gpu_ledger or default_ledger_path())
+    ledger_path = options.gpu_ledger or default_ledger_path()
+    ledger: GpuLedger = FileLedger(ledger_path)
     try:
-        return asyncio.run(serve(config, options, ledger=ledger, sink=sink))
+        dcgm_port = ensure_exporter(options, ledger_path, config.gpus)
+        return asyncio.run(serve(config, options, ledger=ledger, sink=sink, dcgm_port=dcgm_port))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
@@ -162,6 +161,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sink.close()
+
+
+def _port_taken(host: str, port: int) -> bool:
+    try:
+        dcgm.bind(host, port).close()
+    except OSError:
+        return True
+    return False
+
+
+def ensure_exporter(options: SimOptions, ledger_path: Path, gpus: tuple[int, ...]) -> int | None:
+    """The node's dcgm-exporter on --dcgm-port: the one already there (shared), else a detached one started now.
+
+    The exporter is a daemon of the node, not of the engine: it keeps answering after the engine is gone.
+    """
+    if options.dcgm_port is None:
+        return None
+    if options.dcgm_port and _port_taken(options.host, options.dcgm_port):
+        return options.dcgm_port
+    return dcgm.spawn_detached(options.host, options.dcgm_port, ledger_path, gpus, options.preset.name)
 
 
 class EngineThread:
@@ -179,6 +198,8 @@ class EngineThread:
         self.sink.keep = True
         self.ledger = ledger if ledger is not None else MemoryLedger()
         self.handle: RunningEngine | None = None
+        self.exporter: dcgm.ExporterThread | None = None  # the node's exporter, when this engine started it
+        self.dcgm_port: int | None = None
         self.exit_code: int | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="sim-engine")
@@ -190,15 +211,32 @@ class EngineThread:
 
         try:
             self.exit_code = asyncio.run(serve(self.config, self.options, ledger=self.ledger, sink=self.sink,
-                                               on_ready=ready))
+                                               on_ready=ready, dcgm_port=self.dcgm_port))
         finally:
             self._ready.set()
 
+    def _start_exporter(self) -> None:
+        """Serve the node's exporter on --dcgm-port unless one already does (then it is shared)."""
+        port = self.options.dcgm_port
+        if port is None:
+            return
+        try:
+            sock = dcgm.bind(self.options.host, port)
+        except OSError:
+            self.dcgm_port = port
+            return
+        self.exporter = dcgm.ExporterThread(sock, self.ledger, self.config.gpus, self.options.preset.hardware)
+        self.exporter.start()
+        self.dcgm_port = self.exporter.port
+
     def start(self, timeout: float = 30.0) -> EngineThread:
+        self._start_exporter()
         self._thread.start()
         if not self._ready.wait(timeout):
             raise TimeoutError("sim engine did not start in time")
         if self.handle is None:
+            if self.exporter is not None:
+                self.exporter.stop()
             raise EngineStartError(f"sim engine failed to start (exit {self.exit_code})", self.sink.lines)
         return self
 
@@ -212,7 +250,10 @@ class EngineThread:
         return self.sink.lines
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the engine, then the exporter this engine started (it outlived the engine until now)."""
         if self.handle is not None:
             self.handle.stop()
         self._thread.join(timeout)
+        if self.exporter is not None:
+            self.exporter.stop()
         self.sink.close()

@@ -20,7 +20,6 @@ from sim import tokenizer
 from sim.engine import EngineCore
 from sim.exposition import CONTENT_TYPE, render_metrics
 from sim.faults import FaultSpecError, parse_fault
-from sim.gpu import render_dcgm
 from sim.openai_api import (
     ApiError,
     GenerationRequest,
@@ -395,13 +394,3 @@ class SimServer:
         self.runtime.apply_fault(fault, self.clock())
         self.driver.notify()
         return JSONResponse({"applied": fault.kind, "arg": fault.arg})
-
-
-def build_dcgm_app(core: EngineCore, clock: Callable[[], float] = time.time) -> Starlette:
-    """dcgm-exporter's /metrics for the engine's simulated GPUs."""
-
-    async def metrics(request: Request) -> Response:
-        return Response(render_dcgm(core.gpu_readings(clock())), media_type="text/plain; version=0.0.4")
-
-    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
-
