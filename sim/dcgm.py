@@ -113,13 +113,13 @@ class ExporterThread:
         self.sock.close()
 
 
-def spawn_detached(host: str, port: int, ledger_path: Path, gpus: Sequence[int], preset: str,
-                   timeout_s: float = 20.0) -> int:
-    """Start `doctor sim dcgm` in its own session (it outlives the engine) and return its port."""
+def spawn(host: str, port: int, ledger_path: Path, gpus: Sequence[int], preset: str = DEFAULT_PRESET, *,
+          detached: bool = True, timeout_s: float = 20.0) -> tuple[subprocess.Popen[bytes], int]:
+    """Start `doctor sim dcgm` (detached: in its own session, so it outlives its starter); the process and port."""
     cmd = [sys.executable, "-m", "sim.dcgm", "--host", host, "--port", str(port), "--gpu-ledger", str(ledger_path),
            "--gpus", ",".join(map(str, gpus)), "--preset", preset, "--announce"]
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            start_new_session=True, close_fds=True, env=dict(os.environ))
+                            start_new_session=detached, close_fds=True, env=dict(os.environ))
     assert proc.stdout is not None
     line = proc.stdout.readline().decode().strip()  # "port N" once it listens
     proc.stdout.close()
@@ -127,7 +127,7 @@ def spawn_detached(host: str, port: int, ledger_path: Path, gpus: Sequence[int],
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout_s)
         raise RuntimeError(f"the sim's dcgm-exporter did not start on {host}:{port} (exit {proc.poll()})")
-    return int(line.split()[1])
+    return proc, int(line.split()[1])
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:
