@@ -32,6 +32,7 @@ from sim.request import SimRequest
 from sim.stats import MetricsState, new_metrics_state
 
 SHUTDOWN_WAIT_S = 5.0
+METRICS_WAIT_S = 2.0  # then the last statistics the core sent
 
 
 def _sample_len(rng: random.Random, median: float, sigma: float) -> int:
@@ -238,8 +239,9 @@ class MPClient:
 
     async def metrics(self) -> tuple[MetricsState, float]:
         if not self._dead:
-            with contextlib.suppress(EngineDeadError):
-                self._last, self._slow = await self._call("metrics")
+            # vLLM serves /metrics from the API server's registry: a stalled core must not stall the scrape.
+            with contextlib.suppress(EngineDeadError, TimeoutError):
+                self._last, self._slow = await asyncio.wait_for(self._call("metrics"), METRICS_WAIT_S)
         state = self._last if self._last is not None else new_metrics_state(
             self.profile, self.config.max_model_len, self.started_at)
         state.http_requests, state.http_duration = self._http.http_requests, self._http.http_duration
