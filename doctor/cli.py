@@ -15,6 +15,7 @@ commands:
   router               the hot/cold admission router in front of the engines
   demo                 hot and cold sim engines with load, and what the doctor sees
   sim engine MODEL ... a simulated vLLM engine (flags as `vllm serve`, plus sim flags)
+  sim dcgm --port P    the simulated node's dcgm-exporter (outlives the engines on its GPUs)
   sim load --url URL   a workload against the sim or a real vLLM (like `vllm bench serve`)
   sim scenario NAME    hot and cold sim engines with a workload and an incident timeline
   sim calibrate        the sim's default preset against the seed article's figures
@@ -36,6 +37,7 @@ COMMANDS = {
 PERSON_COMMANDS = ("approve", "reject", "rollback")  # doctor.actions_cli.main_for(command, argv)
 SIM_COMMANDS = {
     "engine": "sim.engine_cli",
+    "dcgm": "sim.dcgm",
     "load": "sim.load_cli",
     "scenario": "sim.scenario_cli",
     "calibrate": "sim.calibrate",

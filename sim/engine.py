@@ -363,6 +363,7 @@ class EngineCore:
         self.xid_last = code
         if code == 48:
             self.ecc_dbe += 1
+        self.ledger.record_xid(self.config.gpus, code)  # the driver's record outlives the engine
         if code in FATAL_XIDS:
             self.kill(now, f"xid {code}")
             return True

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 import uvicorn
 
+from sim import dcgm
 from sim.args import EngineArgsError, SimOptions, build_parser, parse_engine_args
+from sim.core_client import InprocClient
+from sim.core_mp import MPClient
 from sim.engine import EngineConfig, EngineCore, EngineStartError
 from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
 from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
-from sim.server import SimServer, build_dcgm_app
+from sim.server import SimServer
 
 DEATH_SHUTDOWN_DELAY_S = 5.0  # vLLM's watchdog shuts the API server down a few seconds after engine death
 
@@ -73,46 +77,61 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class RunningEngine:
     """Handles on a served engine (for tests and the demo)."""
 
-    runtime: EngineRuntime
+    runtime: EngineRuntime | None  # None when the engine core runs in its own process
     server: SimServer
     uvicorn_servers: list[uvicorn.Server] = field(default_factory=list)
     port: int = 0
     dcgm_port: int | None = None
+    core_pid: int | None = None  # the EngineCore process, when there is one
 
     def stop(self) -> None:
         for s in self.uvicorn_servers:
             s.should_exit = True
 
 
+def _inproc(config: EngineConfig, options: SimOptions, port: int, ledger: GpuLedger,
+            sink: Callable[[list[str]], None], clock: Callable[[], float]) -> InprocClient:
+    """The engine core in this process (V0, VLLM_ENABLE_V1_MULTIPROCESSING=0, engine threads)."""
+    core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger,
+                      owner=f"{options.host}:{port}", faults=options.faults)
+    runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
+                            non_default_args=options.non_default_args, stats_interval_s=options.stats_interval_s,
+                            core_pid=os.getpid())
+    runtime.start(clock())
+    return InprocClient(runtime, RealtimeDriver(runtime, clock))
+
+
 async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger, sink: Callable[[list[str]], None],
                 on_ready: Callable[[RunningEngine], None] | None = None,
-                clock: Callable[[], float] = time.time) -> int:
-    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would."""
+                clock: Callable[[], float] = time.time, dcgm_port: int | None = None,
+                core_ledger: Path | None = None) -> int:
+    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would.
+
+    With `core_ledger` (the node's ledger file) the engine core runs in an EngineCore child process that
+    claims its GPUs there; else in this process on `ledger`. `dcgm_port` only names the node's exporter
+    for the handle: the exporter is not the engine's.
+    """
     sock = bind_socket(options.host, options.port)
     port = sock.getsockname()[1]
-    dcgm_sock = bind_socket(options.host, options.dcgm_port) if options.dcgm_port is not None else None
-    owner = f"{options.host}:{port}"
-    core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger, owner=owner,
-                      faults=options.faults)
-    runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
-                            non_default_args=options.non_default_args, stats_interval_s=options.stats_interval_s)
+    loop = asyncio.get_running_loop()
+    engine: InprocClient | MPClient
     try:
-        runtime.start(clock())
+        if core_ledger is not None:
+            engine = MPClient(config, options, port=port, ledger_path=core_ledger, sink=sink, clock=clock)
+            await asyncio.to_thread(engine.start)
+            engine.attach(loop)
+        else:
+            engine = _inproc(config, options, port, ledger, sink, clock)
     except EngineStartError:
         sock.close()
         return 1
-    driver = RealtimeDriver(runtime, clock)
-    server = SimServer(runtime, driver, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint,
-                       clock=clock)
+    server = SimServer(engine, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint, clock=clock)
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]
-    if dcgm_sock is not None:
-        servers.append(_Server(uvicorn.Config(build_dcgm_app(core, clock), log_config=None,
-                                                     access_log=False, lifespan="off")))
-    handle = RunningEngine(runtime, server, servers, port,
-                           dcgm_sock.getsockname()[1] if dcgm_sock is not None else None)
-    loop = asyncio.get_running_loop()
+    inproc = engine if isinstance(engine, InprocClient) else None
+    handle = RunningEngine(inproc.runtime if inproc else None, server, servers, port, dcgm_port,
+                           engine.pid if isinstance(engine, MPClient) else None)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, handle.stop)
@@ -121,11 +140,9 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
         def shut_down_later() -> None:
             loop.call_later(DEATH_SHUTDOWN_DELAY_S, handle.stop)
 
-        driver.on_death = shut_down_later
-    driver_task = asyncio.ensure_future(driver.run())
+        engine.on_death = shut_down_later
+    driver_task = asyncio.ensure_future(inproc.driver.run()) if inproc else None
     tasks = [asyncio.ensure_future(servers[0].serve(sockets=[sock]))]
-    if dcgm_sock is not None:
-        tasks.append(asyncio.ensure_future(servers[1].serve(sockets=[dcgm_sock])))
     while not all(s.started for s in servers) and not any(t.done() for t in tasks):
         await asyncio.sleep(0.01)
     if on_ready is not None:
@@ -134,10 +151,18 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
         await tasks[0]
     finally:
         handle.stop()
-        driver.stop()
-        await asyncio.gather(*tasks[1:], driver_task, return_exceptions=True)
-        core.release_gpus()
+        if inproc is not None and driver_task is not None:
+            inproc.driver.stop()
+            await asyncio.gather(driver_task, return_exceptions=True)
+            inproc.core.release_gpus()
+        elif isinstance(engine, MPClient):
+            engine.close()
     return 0
+
+
+def core_process_wanted(options: SimOptions, env: Mapping[str, str]) -> bool:
+    """vLLM V1 runs the busy loop in an EngineCore process unless VLLM_ENABLE_V1_MULTIPROCESSING=0; V0 never."""
+    return options.profile.v1 and env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") not in ("0", "false", "False")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr)
         return 2
     sink = LineWriter(sys.stdout, options.log_file)
-    ledger: GpuLedger = FileLedger(options.gpu_ledger or default_ledger_path())
+    ledger_path = options.gpu_ledger or default_ledger_path()
+    ledger: GpuLedger = FileLedger(ledger_path)
     try:
-        return asyncio.run(serve(config, options, ledger=ledger, sink=sink))
+        dcgm_port = ensure_exporter(options, ledger_path, config.gpus)
+        core_ledger = ledger_path if core_process_wanted(options, os.environ) else None
+        return asyncio.run(serve(config, options, ledger=ledger, sink=sink, dcgm_port=dcgm_port,
+                                 core_ledger=core_ledger))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
@@ -162,6 +191,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         sink.close()
+
+
+def _port_taken(host: str, port: int) -> bool:
+    try:
+        dcgm.bind(host, port).close()
+    except OSError:
+        return True
+    return False
+
+
+def ensure_exporter(options: SimOptions, ledger_path: Path, gpus: tuple[int, ...]) -> int | None:
+    """The node's dcgm-exporter on --dcgm-port: the one already there (shared), else a detached one started now.
+
+    The exporter is a daemon of the node, not of the engine: it keeps answering after the engine is gone.
+    """
+    if options.dcgm_port is None:
+        return None
+    if options.dcgm_port and _port_taken(options.host, options.dcgm_port):
+        return options.dcgm_port
+    return dcgm.spawn(options.host, options.dcgm_port, ledger_path, gpus, options.preset.name)[1]
 
 
 class EngineThread:
@@ -179,6 +228,8 @@ class EngineThread:
         self.sink.keep = True
         self.ledger = ledger if ledger is not None else MemoryLedger()
         self.handle: RunningEngine | None = None
+        self.exporter: dcgm.ExporterThread | None = None  # the node's exporter, when this engine started it
+        self.dcgm_port: int | None = None
         self.exit_code: int | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="sim-engine")
@@ -190,15 +241,32 @@ class EngineThread:
 
         try:
             self.exit_code = asyncio.run(serve(self.config, self.options, ledger=self.ledger, sink=self.sink,
-                                               on_ready=ready))
+                                               on_ready=ready, dcgm_port=self.dcgm_port))
         finally:
             self._ready.set()
 
+    def _start_exporter(self) -> None:
+        """Serve the node's exporter on --dcgm-port unless one already does (then it is shared)."""
+        port = self.options.dcgm_port
+        if port is None:
+            return
+        try:
+            sock = dcgm.bind(self.options.host, port)
+        except OSError:
+            self.dcgm_port = port
+            return
+        self.exporter = dcgm.ExporterThread(sock, self.ledger, self.config.gpus, self.options.preset.hardware)
+        self.exporter.start()
+        self.dcgm_port = self.exporter.port
+
     def start(self, timeout: float = 30.0) -> EngineThread:
+        self._start_exporter()
         self._thread.start()
         if not self._ready.wait(timeout):
             raise TimeoutError("sim engine did not start in time")
         if self.handle is None:
+            if self.exporter is not None:
+                self.exporter.stop()
             raise EngineStartError(f"sim engine failed to start (exit {self.exit_code})", self.sink.lines)
         return self
 
@@ -212,7 +280,10 @@ class EngineThread:
         return self.sink.lines
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop the engine, then the exporter this engine started (it outlived the engine until now)."""
         if self.handle is not None:
             self.handle.stop()
         self._thread.join(timeout)
+        if self.exporter is not None:
+            self.exporter.stop()
         self.sink.close()

@@ -2,8 +2,10 @@
 
 The ledger is what makes two engines on one GPU collide as real ones do: an engine asks for
 `gpu_memory_utilization` of each of its GPUs at start and fails with vLLM's error when that much is
-not free. `MemoryLedger` serves engines in one process (the harness); `FileLedger` serves separate
-`doctor sim engine` processes on one simulated node through a locked JSON file.
+not free. It is also the node's driver state that outlives any engine: each GPU's last Xid and ECC
+count, and each holder's recent activity, which the separate dcgm-exporter (`sim.dcgm`) reads.
+`MemoryLedger` serves engines in one process (the harness, engine threads); `FileLedger` serves
+separate `doctor sim engine` processes on one simulated node through a locked JSON file.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -31,8 +34,45 @@ class GpuMemoryError(Exception):
         self.total_bytes = total_bytes
 
 
+@dataclass(frozen=True)
+class Activity:
+    """A holder's recent use of its GPUs (ratios 0..1 over the last second), stamped with unix time."""
+
+    gpu_util: float
+    dram_active: float
+    tensor_active: float
+    at: float
+
+
+@dataclass
+class GpuState:
+    """What the driver keeps about one GPU whoever holds it: the last Xid and the double-bit ECC count."""
+
+    xid_last: int = 0
+    ecc_dbe: int = 0
+
+
+@dataclass
+class _Claim:
+    gpus: tuple[int, ...]
+    bytes_per_gpu: float
+    pid: int
+    activity: Activity | None = None
+
+
+@dataclass
+class NodeView:
+    """A consistent copy of the node: live claims and per-GPU driver state."""
+
+    claims: dict[str, _Claim] = field(default_factory=dict)
+    gpus: dict[int, GpuState] = field(default_factory=dict)
+
+    def used(self, gpu: int) -> float:
+        return sum(c.bytes_per_gpu for c in self.claims.values() if gpu in c.gpus)
+
+
 class GpuLedger(Protocol):
-    """Who holds how much memory on which simulated GPU."""
+    """Who holds how much memory on which simulated GPU, and what the driver saw on each."""
 
     def claim(self, owner: str, gpus: tuple[int, ...], bytes_per_gpu: float, total_bytes: float) -> None: ...
 
@@ -42,37 +82,61 @@ class GpuLedger(Protocol):
 
     def used(self, gpu: int) -> float: ...
 
+    def report(self, owner: str, activity: Activity) -> None: ...
 
-@dataclass
-class _Claim:
-    gpus: tuple[int, ...]
-    bytes_per_gpu: float
-    pid: int
+    def record_xid(self, gpus: tuple[int, ...], code: int) -> None: ...
+
+    def view(self) -> NodeView: ...
 
 
 class MemoryLedger:
-    """In-process ledger."""
+    """In-process ledger (safe to share between threads)."""
 
     def __init__(self) -> None:
         self.claims: dict[str, _Claim] = {}
+        self.gpus: dict[int, GpuState] = {}
+        self._lock = threading.RLock()
 
     def used(self, gpu: int) -> float:
-        return sum(c.bytes_per_gpu for c in self.claims.values() if gpu in c.gpus)
+        with self._lock:
+            return sum(c.bytes_per_gpu for c in self.claims.values() if gpu in c.gpus)
 
     def claim(self, owner: str, gpus: tuple[int, ...], bytes_per_gpu: float, total_bytes: float) -> None:
-        self.claims.pop(owner, None)
-        for gpu in gpus:
-            free = total_bytes - self.used(gpu)
-            if free < bytes_per_gpu:
-                raise GpuMemoryError(gpu, free, total_bytes)
-        self.claims[owner] = _Claim(gpus, bytes_per_gpu, os.getpid())
+        with self._lock:
+            self.claims.pop(owner, None)
+            for gpu in gpus:
+                free = total_bytes - self.used(gpu)
+                if free < bytes_per_gpu:
+                    raise GpuMemoryError(gpu, free, total_bytes)
+            self.claims[owner] = _Claim(gpus, bytes_per_gpu, os.getpid())
 
     def update(self, owner: str, bytes_per_gpu: float) -> None:
-        if owner in self.claims:
-            self.claims[owner].bytes_per_gpu = bytes_per_gpu
+        with self._lock:
+            if owner in self.claims:
+                self.claims[owner].bytes_per_gpu = bytes_per_gpu
 
     def release(self, owner: str) -> None:
-        self.claims.pop(owner, None)
+        with self._lock:
+            self.claims.pop(owner, None)
+
+    def report(self, owner: str, activity: Activity) -> None:
+        with self._lock:
+            if owner in self.claims:
+                self.claims[owner].activity = activity
+
+    def record_xid(self, gpus: tuple[int, ...], code: int) -> None:
+        """The driver logged Xid `code` on these GPUs (48 is a double-bit ECC error)."""
+        with self._lock:
+            for gpu in gpus:
+                state = self.gpus.setdefault(gpu, GpuState())
+                state.xid_last = code
+                if code == 48:
+                    state.ecc_dbe += 1
+
+    def view(self) -> NodeView:
+        with self._lock:
+            return NodeView({o: _Claim(c.gpus, c.bytes_per_gpu, c.pid, c.activity) for o, c in self.claims.items()},
+                            {g: GpuState(s.xid_last, s.ecc_dbe) for g, s in self.gpus.items()})
 
 
 def _pid_alive(pid: int) -> bool:
@@ -86,33 +150,55 @@ def _pid_alive(pid: int) -> bool:
 
 
 class FileLedger:
-    """A ledger shared by processes through a JSON file under an exclusive lock; dead owners are pruned."""
+    """A ledger shared by processes through a JSON file under an exclusive lock; dead owners are pruned.
+
+    A claim's pid is the process that holds the memory: when it is gone, the driver has freed it.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
 
+    def _load(self) -> MemoryLedger:
+        ledger = MemoryLedger()
+        try:
+            raw = json.loads(self.path.read_text()) if self.path.exists() else {}
+        except (OSError, ValueError):
+            raw = {}
+        if not isinstance(raw, dict):
+            raw = {}
+        claims = raw.get("claims", raw if "gpus" not in raw else {})  # a pre-"claims" file is all claims
+        for owner, c in claims.items():
+            try:
+                act = c.get("activity")
+                activity = Activity(*(float(v) for v in act)) if act else None
+                claim = _Claim(tuple(int(g) for g in c["gpus"]), float(c["bytes"]), int(c["pid"]), activity)
+            except (AttributeError, KeyError, TypeError, ValueError):
+                continue
+            if _pid_alive(claim.pid):
+                ledger.claims[owner] = claim
+        for gpu, st in (raw.get("gpus") or {}).items():
+            try:
+                ledger.gpus[int(gpu)] = GpuState(int(st["xid_last"]), int(st["ecc_dbe"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return ledger
+
     @contextmanager
-    def _locked(self) -> Iterator[MemoryLedger]:
+    def _locked(self, write: bool = True) -> Iterator[MemoryLedger]:
         with open(self.path.with_suffix(".lock"), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            ledger = MemoryLedger()
-            try:
-                raw = json.loads(self.path.read_text()) if self.path.exists() else {}
-            except (OSError, ValueError):
-                raw = {}
-            for owner, c in raw.items():
-                try:
-                    claim = _Claim(tuple(int(g) for g in c["gpus"]), float(c["bytes"]), int(c["pid"]))
-                except (KeyError, TypeError, ValueError):
-                    continue
-                if _pid_alive(claim.pid):
-                    ledger.claims[owner] = claim
+            ledger = self._load()
             yield ledger
-            data = {o: {"gpus": list(c.gpus), "bytes": c.bytes_per_gpu, "pid": c.pid}
-                    for o, c in ledger.claims.items()}
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
+            if not write:
+                return
+            claims = {o: {"gpus": list(c.gpus), "bytes": c.bytes_per_gpu, "pid": c.pid,
+                          "activity": None if c.activity is None else
+                          [c.activity.gpu_util, c.activity.dram_active, c.activity.tensor_active, c.activity.at]}
+                      for o, c in ledger.claims.items()}
+            gpus = {str(g): {"xid_last": st.xid_last, "ecc_dbe": st.ecc_dbe} for g, st in ledger.gpus.items()}
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"claims": claims, "gpus": gpus}))
             tmp.replace(self.path)
 
     def claim(self, owner: str, gpus: tuple[int, ...], bytes_per_gpu: float, total_bytes: float) -> None:
@@ -128,8 +214,20 @@ class FileLedger:
             ledger.release(owner)
 
     def used(self, gpu: int) -> float:
-        with self._locked() as ledger:
+        with self._locked(write=False) as ledger:
             return ledger.used(gpu)
+
+    def report(self, owner: str, activity: Activity) -> None:
+        with self._locked() as ledger:
+            ledger.report(owner, activity)
+
+    def record_xid(self, gpus: tuple[int, ...], code: int) -> None:
+        with self._locked() as ledger:
+            ledger.record_xid(gpus, code)
+
+    def view(self) -> NodeView:
+        with self._locked(write=False) as ledger:
+            return ledger.view()
 
 
 def default_ledger_path() -> Path:

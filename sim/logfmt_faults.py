@@ -141,6 +141,15 @@ class FaultLines(LineFormatter):
             )
             out += self.uvicorn("Shutting down")
             return out
+        return self.engine_death_core(now, cause=cause, running=running, waiting=waiting, kv_usage=kv_usage) + \
+            self.engine_death_client(now, cause=cause, client=client, method=method, path=path)
+
+    def engine_death_core(
+        self, now: float, *, cause: str | None, running: int = 0, waiting: int = 0, kv_usage: float = 0.0
+    ) -> list[str]:
+        """V1: what the EngineCore process writes as it dies of `cause` (nothing when it vanished)."""
+        p = self.profile
+        out: list[str] = []
         if cause is not None:
             if p.name != "0.8":
                 out += self.emit(
@@ -180,7 +189,21 @@ class FaultLines(LineFormatter):
                 ],
                 cause,
             )
-        else:
+        return out
+
+    def engine_death_client(
+        self,
+        now: float,
+        *,
+        cause: str | None,
+        client: str = "127.0.0.1:51234",
+        method: str = "POST",
+        path: str = "/v1/chat/completions",
+    ) -> list[str]:
+        """V1: what the API server writes when its EngineCore died (`cause=None`: the process vanished)."""
+        p = self.profile
+        out: list[str] = []
+        if cause is None:
             name = self.core_proc_name
             if p.name in ("0.8", "0.10", "0.11", "0.12"):
                 out += self.emit(

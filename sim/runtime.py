@@ -35,7 +35,8 @@ class EngineRuntime:
 
     def __init__(self, core: EngineCore, sink: LogSink, *, host: str = "0.0.0.0", port: int = 8000,
                  dev_mode: bool = False, non_default_args: dict[str, object] | None = None,
-                 api_pid: int | None = None, stats_interval_s: float | None = None) -> None:
+                 api_pid: int | None = None, stats_interval_s: float | None = None,
+                 core_pid: int | None = None, core_process: bool = False) -> None:
         self.core = core
         self.sink = sink
         self.host = host
@@ -43,7 +44,10 @@ class EngineRuntime:
         self.dev_mode = dev_mode
         self.non_default_args = non_default_args or {}
         pid = api_pid if api_pid is not None else os.getpid()
-        self.fmt = LogFormatter(core.profile, api_pid=pid, core_pid=pid + 1)
+        # core_pid: the EngineCore process's pid, or the API server's when the engine runs in it (the harness's
+        # made-up pids default to the next one).
+        self.fmt = LogFormatter(core.profile, api_pid=pid, core_pid=core_pid if core_pid is not None else pid + 1)
+        self.core_process = core_process  # the API server writes its own half of a death
         self.started_at = core.started_at
         self.stats_interval_s = stats_interval_s or core.profile.stats_interval_s
         self.next_stats = core.started_at + self.stats_interval_s
@@ -161,8 +165,8 @@ class EngineRuntime:
         elif fault.kind == "xid":
             running, waiting, kv = core.metrics.running, core.metrics.waiting, core.metrics.kv_usage
             if core.inject_xid(int(fault.arg), now):
-                self.sink(self.fmt.engine_death(now, cause="RuntimeError: CUDA error: unspecified launch failure",
-                                                running=running, waiting=waiting, kv_usage=kv))
+                self.sink(self._death_lines(now, "RuntimeError: CUDA error: unspecified launch failure",
+                                            running, waiting, kv))
         elif fault.kind == "cuda-oom-start":
             core.faults.cuda_oom_at_start = True
 
@@ -173,7 +177,12 @@ class EngineRuntime:
             return
         running, waiting, kv = core.metrics.running, core.metrics.waiting, core.metrics.kv_usage
         core.kill(now, cause or "killed")
-        self.sink(self.fmt.engine_death(now, cause=cause, running=running, waiting=waiting, kv_usage=kv))
+        self.sink(self._death_lines(now, cause, running, waiting, kv))
+
+    def _death_lines(self, now: float, cause: str | None, running: int, waiting: int, kv: float) -> list[str]:
+        if self.core_process:
+            return self.fmt.engine_death_core(now, cause=cause, running=running, waiting=waiting, kv_usage=kv)
+        return self.fmt.engine_death(now, cause=cause, running=running, waiting=waiting, kv_usage=kv)
 
     def _log_oom_death(self, now: float) -> None:
         core = self.core

@@ -17,10 +17,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sim import tokenizer
-from sim.engine import EngineCore
+from sim.core_client import EngineClient
 from sim.exposition import CONTENT_TYPE, render_metrics
 from sim.faults import FaultSpecError, parse_fault
-from sim.gpu import render_dcgm
 from sim.openai_api import (
     ApiError,
     GenerationRequest,
@@ -32,9 +31,7 @@ from sim.openai_api import (
     parse_generation,
     usage,
 )
-from sim.realtime import RealtimeDriver
 from sim.request import SimRequest
-from sim.runtime import EngineRuntime
 
 # prometheus_fastapi_instrumentator does not count these handlers.
 _UNINSTRUMENTED = {"/metrics", "/health", "/load", "/ping", "/version", "/server_info"}
@@ -62,7 +59,7 @@ class AccessLog:
                 client = scope.get("client") or ("127.0.0.1", 0)
                 path = scope["path"] + (("?" + scope["query_string"].decode()) if scope.get("query_string")
                                         else "")
-                self.server.runtime.access(self.server.clock(), f"{client[0]}:{client[1]}", scope["method"],
+                self.server.engine.access(self.server.clock(), f"{client[0]}:{client[1]}", scope["method"],
                                            path, status)
             await send(message)
 
@@ -71,8 +68,7 @@ class AccessLog:
         finally:
             handler = scope["path"]
             if handler not in _UNINSTRUMENTED and self.server.known_route(handler):
-                self.server.core.metrics.record_http(handler, scope["method"], status,
-                                                     time.monotonic() - started)
+                self.server.engine.record_http(handler, scope["method"], status, time.monotonic() - started)
 
 
 async def _wait_disconnect(request: Request) -> None:
@@ -84,21 +80,16 @@ async def _wait_disconnect(request: Request) -> None:
 
 
 class SimServer:
-    """Routes bound to one engine runtime and its real-time driver."""
+    """Routes bound to one engine (in process or an EngineCore child, through its client)."""
 
-    def __init__(self, runtime: EngineRuntime, driver: RealtimeDriver, *, dev_mode: bool,
-                 fault_endpoint: bool = False, clock: Callable[[], float] = time.time) -> None:
-        self.runtime = runtime
-        self.driver = driver
+    def __init__(self, engine: EngineClient, *, dev_mode: bool, fault_endpoint: bool = False,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.engine = engine
         self.dev_mode = dev_mode
         self.fault_endpoint = fault_endpoint
         self.clock = clock
         self.paused = False
         self.app = self._build_app()
-
-    @property
-    def core(self) -> EngineCore:
-        return self.runtime.core
 
     # ----- plumbing -----------------------------------------------------------------------------
 
@@ -106,10 +97,10 @@ class SimServer:
         return any(getattr(r, "path", None) == path for r in self.app.routes)
 
     def _error(self, err: ApiError) -> JSONResponse:
-        return JSONResponse(error_body(self.core.profile, err), status_code=err.status)
+        return JSONResponse(error_body(self.engine.profile, err), status_code=err.status)
 
     def _dead_error(self) -> ApiError:
-        if self.core.profile.name == "0.33":
+        if self.engine.profile.name == "0.33":
             return ApiError(500, "The server had an error while processing your request.",
                             "InternalServerError")
         return ApiError(500, "EngineCore encountered an issue. See stack trace (above) for the root cause.",
@@ -136,7 +127,7 @@ class SimServer:
                 Route("/wake_up", self.wake_up, methods=["POST"]),
                 Route("/is_sleeping", self.is_sleeping, methods=["GET"]),
             ]
-        if self.core.profile.pause_endpoints:
+        if self.engine.profile.pause_endpoints:
             routes += [
                 Route("/pause", self.pause, methods=["POST"]),
                 Route("/resume", self.resume, methods=["POST"]),
@@ -167,29 +158,29 @@ class SimServer:
     # ----- plain endpoints ----------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        if self.core.dead:
-            return Response(status_code=self.core.profile.health_dead_status)
+        if self.engine.dead:
+            return Response(status_code=self.engine.profile.health_dead_status)
         return Response(status_code=200)
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": self.core.profile.version})
+        return JSONResponse({"version": self.engine.profile.version})
 
     async def load(self, request: Request) -> Response:
-        return JSONResponse({"server_load": len(self.core.requests)})
+        return JSONResponse({"server_load": self.engine.in_flight})
 
     async def metrics(self, request: Request) -> Response:
-        delay = self.core.faults.slow_metrics_s
+        engine = self.engine
+        state, delay = await engine.metrics()
         if delay:
             await asyncio.sleep(delay)
-        core = self.core
-        body = render_metrics(core.profile, core.metrics, model_name=core.config.served_model_name,
-                              stats_enabled=not core.config.disable_log_stats)
+        body = render_metrics(engine.profile, state, model_name=engine.config.served_model_name,
+                              stats_enabled=not engine.config.disable_log_stats)
         return Response(body, media_type=None, headers={"Content-Type": CONTENT_TYPE})
 
     async def models(self, request: Request) -> Response:
-        c = self.core.config
+        c = self.engine.config
         return JSONResponse(models_body(c.served_model_name, c.model, c.max_model_len,
-                                        int(self.runtime.started_at)))
+                                        int(self.engine.started_at)))
 
     async def tokenize(self, request: Request) -> Response:
         try:
@@ -204,7 +195,7 @@ class SimServer:
                 raise ApiError(400, "[{'type': 'missing', 'loc': ('body', 'prompt'), 'msg': 'Field required'}]")
         except ApiError as err:
             return self._error(err)
-        return JSONResponse({"count": len(ids), "max_model_len": self.core.config.max_model_len,
+        return JSONResponse({"count": len(ids), "max_model_len": self.engine.config.max_model_len,
                              "tokens": ids, "token_strs": None})
 
     async def detokenize(self, request: Request) -> Response:
@@ -226,7 +217,7 @@ class SimServer:
         return await self._generate(request, "chat")
 
     async def _generate(self, request: Request, kind: str) -> Response:
-        core = self.core
+        core = self.engine
         try:
             body = await self._json(request)
             if core.dead:
@@ -247,7 +238,7 @@ class SimServer:
         sim_req = SimRequest(req_id, g.prompt_ids, max_tokens=g.max_tokens, target_output=target,
                              arrival_time=self.clock(), priority=g.priority,
                              output_seed=uuid.UUID(req_id[len(prefix):]).int % 1_000_000, listener=listener)
-        admit = asyncio.ensure_future(self.driver.add_request(sim_req))
+        admit = asyncio.ensure_future(core.add_request(sim_req))
         if g.stream:
             return StreamingResponse(self._stream(g, sim_req, queue, admit, kind),
                                      media_type="text/event-stream")
@@ -257,8 +248,7 @@ class SimServer:
         if not admit.done():
             admit.cancel()
         if sim_req.finish_reason is None:
-            self.core.abort_request(sim_req.request_id, self.clock())
-            self.driver.notify()
+            self.engine.abort(sim_req.request_id, self.clock())
 
     async def _collect(self, request: Request, g: GenerationRequest, sim_req: SimRequest,
                        queue: asyncio.Queue[tuple[int, str | None]], admit: asyncio.Future[None],
@@ -293,7 +283,7 @@ class SimServer:
             while True:
                 _, finish = await queue.get()
                 if finish == "error":
-                    yield f"data: {json.dumps(error_body(self.core.profile, self._dead_error()))}\n\n"
+                    yield f"data: {json.dumps(error_body(self.engine.profile, self._dead_error()))}\n\n"
                     break
                 text = "".join(tokenizer.token_text(sim_req.output_token_id(i))
                                for i in range(sent, sim_req.output_count))
@@ -321,20 +311,20 @@ class SimServer:
     # ----- dev-mode and admin -------------------------------------------------------------------
 
     async def server_info(self, request: Request) -> Response:
-        c = self.core.config
+        c = self.engine.config
         cfg: dict[str, dict[str, Any]] = {
             "model_config": {"model": c.model, "served_model_name": c.served_model_name,
                              "max_model_len": c.max_model_len, "quantization": c.quantization, "seed": c.seed},
             "cache_config": {"block_size": c.block_size, "gpu_memory_utilization": c.gpu_memory_utilization,
                              "cache_dtype": c.kv_cache_dtype, "enable_prefix_caching": c.enable_prefix_caching,
-                             "num_gpu_blocks": self.core.num_gpu_blocks},
+                             "num_gpu_blocks": self.engine.num_gpu_blocks},
             "parallel_config": {"tensor_parallel_size": c.tensor_parallel_size},
             "scheduler_config": {"max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
                                  "max_model_len": c.max_model_len, "policy": c.scheduling_policy,
                                  "chunked_prefill_enabled": c.enable_chunked_prefill,
                                  "long_prefill_token_threshold": c.long_prefill_token_threshold},
         }
-        if self.core.profile.name in ("0.6", "0.8", "0.10", "0.10-v0") or \
+        if self.engine.profile.name in ("0.6", "0.8", "0.10", "0.10-v0") or \
                 request.query_params.get("config_format") != "json":
             text = ", ".join(f"{section}={type(section).__name__}({', '.join(f'{k}={v!r}' for k, v in d.items())})"
                              for section, d in cfg.items())
@@ -342,7 +332,7 @@ class SimServer:
         return JSONResponse({"vllm_config": cfg})
 
     async def reset_prefix_cache(self, request: Request) -> Response:
-        self.core.reset_prefix_cache()
+        await self.engine.reset_prefix_cache()
         return Response(status_code=200)
 
     async def sleep(self, request: Request) -> Response:
@@ -350,31 +340,29 @@ class SimServer:
             level = int(request.query_params.get("level", "1"))
         except ValueError:
             return self._error(ApiError(400, "level must be an integer"))
-        self.runtime.sleep(level, self.clock())
-        if self.core.profile.sleep_returns_body:
+        await self.engine.sleep(level, self.clock())
+        if self.engine.profile.sleep_returns_body:
             return JSONResponse({"status": "sleeping", "level": level})
         return Response(status_code=200)
 
     async def wake_up(self, request: Request) -> Response:
-        self.runtime.wake_up(self.clock())
-        self.driver.notify()
-        if self.core.profile.sleep_returns_body:
+        await self.engine.wake_up(self.clock())
+        if self.engine.profile.sleep_returns_body:
             return JSONResponse({"status": "awake", "tags": request.query_params.getlist("tags") or None})
         return Response(status_code=200)
 
     async def is_sleeping(self, request: Request) -> Response:
-        return JSONResponse({"is_sleeping": bool(self.core.sleep_level)})
+        return JSONResponse({"is_sleeping": self.engine.sleeping})
 
     async def pause(self, request: Request) -> Response:
-        self.core.faults.hung = True
+        await self.engine.set_hung(True)
         self.paused = True
         return JSONResponse({"status": "paused"})
 
     async def resume(self, request: Request) -> Response:
         if self.paused:
-            self.core.faults.hung = False
+            await self.engine.set_hung(False)
             self.paused = False
-            self.driver.notify()
         return JSONResponse({"status": "resumed"})
 
     async def is_paused(self, request: Request) -> Response:
@@ -392,16 +380,5 @@ class SimServer:
             return self._error(err)
         except FaultSpecError as exc:
             return self._error(ApiError(400, str(exc)))
-        self.runtime.apply_fault(fault, self.clock())
-        self.driver.notify()
+        await self.engine.apply_fault(fault, self.clock())
         return JSONResponse({"applied": fault.kind, "arg": fault.arg})
-
-
-def build_dcgm_app(core: EngineCore, clock: Callable[[], float] = time.time) -> Starlette:
-    """dcgm-exporter's /metrics for the engine's simulated GPUs."""
-
-    async def metrics(request: Request) -> Response:
-        return Response(render_dcgm(core.gpu_readings(clock())), media_type="text/plain; version=0.0.4")
-
-    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
-

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
+from sim import dcgm
 from sim.engine_cli import EngineThread
 from sim.gpu import GpuLedger
 
@@ -25,3 +28,21 @@ def running_engine(argv: list[str], *, env: dict[str, str] | None = None) -> Ite
     """Like engine_thread, yielding only the base URL."""
     with engine_thread(argv, env=env) as engine:
         yield engine.url
+
+
+@contextmanager
+def node_exporter(ledger: Path, *, port: int = 0, gpus: Sequence[int] = (0,)) -> Iterator[str]:
+    """The node's `doctor sim dcgm` for a ledger file, stopped after; yields its /metrics URL.
+
+    Engines started with `--dcgm-port` on its port share it (and it outlives them).
+    """
+    proc, bound = dcgm.spawn("127.0.0.1", port, ledger, gpus, detached=False)
+    try:
+        yield f"http://127.0.0.1:{bound}/metrics"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -64,10 +64,8 @@ def _eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
 
 def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
     """The timeline's fault is injected through /sim/fault: the engine dies, dcgm-exporter shows Xid 79."""
-    # The sim serves dcgm-exporter from the engine's own process, which exits a few seconds after the engine
-    # dies; the real exporter is a separate daemon that stays. Keep the process up so the test can read it.
-    sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),),
-                             hot_env={**SCENARIOS["gpu_xid"].hot_env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
+    # The node's dcgm-exporter is not the engine's: it still answers after the API server shut itself down.
+    sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),))
     dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path)
     said: list[str] = []
     try:
@@ -76,8 +74,9 @@ def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
         assert any("fault xid:79: HTTP 200" in s for s in said), said
         assert progress["hot"].failed > 0 or progress["hot"].in_flight == 0
         assert _eventually(lambda: _health(dep.url("hot")) != 200), "the hot engine still answers /health 200"
+        assert _eventually(lambda: _health(dep.url("hot")) is None), "the API server did not shut down"
         gpu = DcgmSource(dep.dcgm_url("hot"), httpx.Client(trust_env=False)).read()
-        assert gpu[0].xid_last == 79
+        assert gpu[0].xid_last == 79 and gpu[0].fb_used_bytes == 0.0
         assert _eventually(lambda: any(e.kind == "engine_death"
                                        for e in scan_file(tmp_path / "hot.log", engine="hot").events))
         assert httpx.get(dep.url("cold") + "/health", timeout=5).status_code == 200

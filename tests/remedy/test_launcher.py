@@ -27,7 +27,7 @@ from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.engine_cli import EngineThread
 from sim.gpu import GIB, FileLedger
-from sim.testing import engine_thread
+from sim.testing import engine_thread, node_exporter
 
 TOKEN = "launcher-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -247,8 +247,9 @@ def test_scale_out(tmp_path: Path) -> None:
 
 def test_defragment_without_sleep_mode_falls_back_to_a_relaunch(tmp_path: Path) -> None:
     dcgm = free_port("127.0.0.1")
-    with stack(tmp_path, pool=[0, 1], extra=f"--dcgm-port {dcgm}",
-               env={"VLLM_SERVER_DEV_MODE": "1"}) as s:
+    # The node's exporter is a daemon apart from the engines: the relaunched engine shares it.
+    with node_exporter(tmp_path / "gpus.json", port=dcgm, gpus=(0, 1)), \
+            stack(tmp_path, pool=[0, 1], extra=f"--dcgm-port {dcgm}", env={"VLLM_SERVER_DEV_MODE": "1"}) as s:
         old_pid = s.old.pid
         admin = VllmAdminActuator(router=RouterActuator(), launcher=s.launcher,
                                   dcgm_urls={"hot": f"http://127.0.0.1:{dcgm}/metrics"})
