@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doctor.accuracy import ScenarioResult, run_in_harness
 from sim.scenarios import SCENARIOS, Scenario, healthy
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=3, help="seeds per scenario (default 3)")
     p.add_argument("--eval-every", type=float, default=30.0, help="seconds between doctor runs (default 30)")
     p.add_argument("--scenario", action="append", default=[], help="only these scenarios (repeatable)")
+    p.add_argument("--live", type=float, default=180.0, metavar="SECONDS",
+                   help="also run a subset over HTTP at real rates for this long (0: skip; default 180)")
+    p.add_argument("--live-interval", type=float, default=15.0, help="seconds between live cron runs (default 15)")
     ns = p.parse_args(argv)
     if ns.seeds < 1:
         p.error("--seeds must be >= 1")
@@ -104,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<22} " + " ".join(cells))
     print("(* info severity; < the expected playbook; counts are runs out of "
           f"{len(seeds)})")
+    if ns.live > 0:
+        from live_detection import run_live
+
+        print()
+        print("\n".join(run_live(ns.live_interval, ns.live)))
     return 0
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("tui", "doctor", "playbooks", "collectors", "router", "sim")
+ROOMS = ("trials", "tui", "doctor", "playbooks", "collectors", "router", "sim")
 ALLOWED: dict[str, set[str]] = {
+    "trials": {"doctor", "playbooks", "collectors", "router", "sim"},
     "tui": {"doctor", "playbooks", "collectors"},
     "doctor": {"playbooks", "collectors", "router", "sim"},
     "playbooks": {"collectors"},
