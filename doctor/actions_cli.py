@@ -39,9 +39,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 def main_for(command: str, argv: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     from doctor.config import ConfigError, DoctorConfig, load_config
-    from doctor.reading import default_state_dir
     from doctor.remedy.queue import ActionStore, AmbiguousAction, UnknownAction
     from doctor.remedy.setup import remediator
+    from doctor.state import default_state_dir
 
     try:
         ns = _parser(command).parse_args(list(argv))

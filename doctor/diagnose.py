@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -24,9 +23,9 @@ from doctor.engines import EngineRef, EngineSpecError, engines_from_flags
 
 if TYPE_CHECKING:
     from doctor.pipeline import PlaybookSettings
+    from doctor.plan import Plan
 
 EXIT_OK, EXIT_WARNING, EXIT_CRITICAL, EXIT_UNUSABLE = 0, 1, 2, 3
-SCHEMA_VERSION = "1.1"  # 1.1: pending conditions, finding status, windows per engine
 FAIL_ON = ("warning", "critical", "never")
 
 
@@ -172,113 +171,24 @@ def _merge_engines(from_config: list[EngineRef], from_flags: list[EngineRef]) ->
     return list(merged.values())
 
 
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+def plan_of(opts: Options, *, trigger: str = "cron") -> Plan:
+    """The cycle's plan from diagnose's flags and config (the state directory defaulted here)."""
+    from doctor.plan import Plan
+    from doctor.state import default_state_dir
+
+    return Plan(engines=tuple(opts.engines), state_dir=opts.state_dir or default_state_dir(), settings=opts.settings,
+                sample_s=opts.sample_s, window_s=opts.window_s, min_requests=opts.min_requests,
+                request_timeout_s=opts.request_timeout_s, long_prompt_tokens=opts.long_prompt_tokens,
+                very_long_prompt_tokens=opts.very_long_prompt_tokens, router=opts.router, prometheus=opts.prometheus,
+                since_s=opts.since_s, history=opts.history, fix=opts.fix, yes=opts.yes,
+                verify_wait_s=opts.verify_wait_s, trigger=trigger)
 
 
 async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
-    """Read every engine, evaluate the playbooks, build the report."""
-    # Imported here so that `doctor diagnose --help` stays fast.
-    from doctor import __version__
-    from doctor.pipeline import build_views, run_playbooks
-    from doctor.reading import EngineHistory, default_state_dir, open_history, open_store, read_all, record_history
-    from doctor.state import StateDir
+    """One doctor cycle over the engines the flags name (doctor.cycle.run_cycle)."""
+    from doctor.cycle import run_cycle
 
-    history = open_history(opts)
-    started = clock()
-    results = await read_all(opts, history, clock=clock, store=open_store(opts))
-    now = clock()
-    state_dir = StateDir(opts.state_dir or default_state_dir())
-    remediator = _remediator(opts, state_dir.path) if opts.fix else None
-    in_progress: set[str] = set()
-    reconciled: list[Any] = []  # earlier runs' actions judged (or finished) by this one
-    if remediator is not None:
-        reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
-        in_progress = remediator.guard.in_progress()
-    elif opts.history:
-        in_progress = _in_progress(opts, state_dir.path)
-    state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if opts.history else {}
-    views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
-                        settings=opts.settings,
-                        history_for=(lambda name: EngineHistory(history, name)) if history else None,
-                        in_progress=lambda name: name in in_progress)
-    pending: list[Any] = []
-    findings = run_playbooks(views, state, now=now, settings=opts.settings,
-                             window_is_history=opts.since_s is not None, pending=pending)
-    if opts.history:
-        state_dir.save_json("playbooks.json", state)
-    record_history(history, results, now)
-    actions: list[dict[str, Any]] = []
-    if remediator is not None:
-        records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger="cron",
-                                       yes=opts.yes)
-        records = [*(r for r in reconciled if r.status != "applied"), *records]
-        if opts.verify_wait_s > 0 and any(r.status == "applied" for r in records):
-            async def reread() -> dict[str, Any]:
-                again = await read_all(opts, None, clock=clock)
-                return {r.ref.name: r.signals for r in again}
-
-            await remediator.verify(records, reread, wait_s=opts.verify_wait_s)
-        window = float(getattr(opts.settings, "length_limit_lift_after_s", 0.0) or 0.0)
-        records += await remediator.lift_idle_limits(
-            {r.ref.name: r.signals for r in results}, findings,
-            refused_in_window=_refusals_within(history, results, window, now) if history and window else None)
-        actions = [r.report() for r in records]
-    readable = any(r.describe()["reachable"] for r in results)
-    engines = []
-    for r in results:
-        described = r.describe()
-        described["findings"] = [f.to_dict() for f in findings if f.engine == r.ref.name]
-        described["pending"] = [f.to_dict() for f in pending if f.engine == r.ref.name]
-        described["window_s"] = round(r.signals.window_s, 3)
-        described["change_in_progress"] = r.ref.name in in_progress
-        engines.append(described)
-    from playbooks.model import worst
-
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "generated_at": iso(now),
-        "doctor_version": __version__,
-        "window_s": (round(max([r.signals.window_s for r in results] + [now - started]), 3)
-                     if opts.since_s is None else opts.since_s),
-        "status": worst(findings) if readable else "unknown",
-        "findings": [f.to_dict() for f in findings],
-        "pending": [f.to_dict() for f in pending],
-        **({"actions": actions} if opts.fix else {}),
-        "engines": engines,
-    }
-
-
-def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:
-    """Requests the router refused for its length limit over the last `window_s`, from the history of earlier runs
-    (None without a run at least that long ago)."""
-    from doctor.remedy.lift import counter_increase
-
-    for r in results:
-        current = r.signals.get("length_limit_refusals_total")
-        if current is not None:
-            series = history.series(r.ref.name, "length_limit_refusals_total", 2 * window_s)
-            return counter_increase(series, current, window_s=window_s, now=now)
-    return None
-
-
-def _in_progress(opts: Options, state_dir: Path) -> set[str]:
-    """Engines another doctor process is changing now (so this run says so instead of paging)."""
-    if not (state_dir / "guardrails.json").exists():
-        return set()
-    from doctor.config import DoctorConfig
-    from doctor.remedy.guardrails import Guardrails
-
-    config = opts.settings if isinstance(opts.settings, DoctorConfig) else DoctorConfig()
-    return Guardrails(state_dir, config).in_progress()
-
-
-def _remediator(opts: Options, state_dir: Path) -> Any:
-    from doctor.config import DoctorConfig
-    from doctor.remedy.setup import remediator
-
-    config = opts.settings if isinstance(opts.settings, DoctorConfig) else DoctorConfig()
-    return remediator(config, state_dir, router_url=opts.router)
+    return await run_cycle(plan_of(opts), clock=clock)
 
 
 def exit_code(report: dict[str, Any], fail_on: str) -> int:
@@ -309,8 +219,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except UsageError as exc:
         print(exc, file=err)
         return EXIT_UNUSABLE
-    from doctor.reading import default_state_dir
-    from doctor.state import LockHeld, StateDir
+    from doctor.state import LockHeld, StateDir, default_state_dir
 
     try:
         with StateDir(opts.state_dir or default_state_dir()).lock("diagnose"):

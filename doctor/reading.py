@@ -7,11 +7,9 @@ own signals unknown, with the reason, and the rest of the report is still produc
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,16 +25,10 @@ from doctor.engines import EngineRef
 if TYPE_CHECKING:
     from collectors.history import SignalHistory
     from collectors.snapstore import SnapshotStore
-    from doctor.diagnose import Options
+    from doctor.plan import Plan
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 BASELINE_SIGNAL = "engine_fb_bytes"  # framebuffer the engine holds, recorded per run for memory growth
-
-
-def default_state_dir() -> Path:
-    """$XDG_STATE_HOME/serving-doctor (or ~/.local/state/serving-doctor)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "serving-doctor"
 
 
 async def _read_round(client: httpx.AsyncClient, readings: list[EngineReading], *, timeout_s: float,
@@ -96,7 +88,7 @@ ROUTER_SIGNALS = {"misrouted_share": "misrouted_share", "router_queue_p99_s": "r
                   "length_limit_refusals_total": "length_limit_refusals_total"}
 
 
-def _router_signals(opts: Options, readings: dict[str, EngineReading], samples: list[Sample]) -> None:
+def _router_signals(opts: Plan, readings: dict[str, EngineReading], samples: list[Sample]) -> None:
     """The router's view of each engine (misrouting, its queue, chunk-gap CV measured from streams)."""
     snaps: list[RouterSnapshot] = [s.data["snapshot"] for s in samples
                                    if s.error is None and isinstance(s.data.get("snapshot"), RouterSnapshot)]
@@ -147,21 +139,21 @@ class EngineHistory:
         return self.history.baseline(self.engine, signal, window_s, exclude_recent_s)
 
 
-def open_history(opts: Options) -> SignalHistory | None:
+def open_history(opts: Plan) -> SignalHistory | None:
     if not opts.history:
         return None
     from collectors.history import SignalHistory
 
-    return SignalHistory((opts.state_dir or default_state_dir()) / "history.json")
+    return SignalHistory(opts.state_dir / "history.json")
 
 
-def open_store(opts: Options) -> SnapshotStore | None:
+def open_store(opts: Plan) -> SnapshotStore | None:
     """The raw snapshots earlier runs left (direct reads only: Prometheus keeps its own history)."""
     if not opts.history or opts.since_s is not None:
         return None
     from collectors.snapstore import SnapshotStore
 
-    return SnapshotStore((opts.state_dir or default_state_dir()) / "snapshots.json",
+    return SnapshotStore(opts.state_dir / "snapshots.json",
                          max_age_s=max(1200.0, 2 * WIDE_WINDOWS * opts.window_s))
 
 
@@ -186,7 +178,7 @@ def _window_chains(store: SnapshotStore | None, ref: EngineRef, reading: EngineR
     return window_chain(kept, own[-1], window_s), window_chain(kept, own[-1], WIDE_WINDOWS * window_s)
 
 
-async def read_all(opts: Options, history: SignalHistory | None, *,
+async def read_all(opts: Plan, history: SignalHistory | None, *,
                    clock: Callable[[], float] = time.time, store: SnapshotStore | None = None) -> list[EngineResult]:
     """Read all engines over `opts.sample_s` (or from Prometheus over `opts.since_s`)."""
     readings = {e.name: EngineReading(e.name, e.role, e.url, config=_config_view(e)) for e in opts.engines}
@@ -258,7 +250,7 @@ def _config_view(ref: EngineRef) -> EngineConfigView:
                             gpu_memory_utilization=c.get("gpu_memory_utilization"))
 
 
-async def _read_prometheus(opts: Options, readings: dict[str, EngineReading], *,
+async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
                            clock: Callable[[], float]) -> None:
     """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes)."""
     from collectors.promsource import PrometheusError, PrometheusSource

@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 
+def default_state_dir() -> Path:
+    """$XDG_STATE_HOME/serving-doctor (or ~/.local/state/serving-doctor)."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "serving-doctor"
+
+
 class LockHeld(Exception):
     """Another doctor process holds the lock."""
 

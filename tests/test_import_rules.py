@@ -28,8 +28,6 @@ ALLOWED: dict[str, set[str]] = {
 
 # Circles another change is removing; each entry must still be a circle (delete it when it is gone).
 KNOWN_CIRCLES_BEING_REMOVED: dict[frozenset[str], str] = {
-    # issue #13: the one doctor cycle (doctor/cycle.py) takes reading and evaluation out of the CLI module.
-    frozenset({"doctor.diagnose", "doctor.reading"}): "#13, the engineer building doctor/cycle.py",
 }
 
 

@@ -1,0 +1,129 @@
+"""One doctor cycle, the same for every caller: read -> reconcile -> evaluate (with `for` state) -> fix ->
+verify -> lift -> record, returning the report.
+
+`doctor diagnose` runs it once, the daemon on an interval and on each alert, the trials in virtual time;
+each hands it a `doctor.plan.Plan` (never a CLI's options) and a clock. What a caller needs to change is
+I/O, substituted through the plan and the clock, never a step of the cycle.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from doctor.plan import Plan
+
+SCHEMA_VERSION = "1.1"  # 1.1: pending conditions, finding status, windows per engine
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """Read every engine, evaluate the playbooks, act as the mode allows, and build the report."""
+    # Imported here so that `doctor diagnose --help` stays fast.
+    from doctor import __version__
+    from doctor.pipeline import build_views, run_playbooks
+    from doctor.reading import EngineHistory, open_history, open_store, read_all, record_history
+    from doctor.state import StateDir
+    from playbooks.model import Finding, worst
+
+    history = open_history(plan)
+    started = clock()
+    results = await read_all(plan, history, clock=clock, store=open_store(plan))
+    now = clock()
+    state_dir = StateDir(plan.state_dir)
+    remediator = _remediator(plan) if plan.fix else None
+    in_progress: set[str] = set()
+    reconciled: list[Any] = []  # earlier cycles' actions judged (or finished) by this one
+    if remediator is not None:
+        reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
+        in_progress = remediator.guard.in_progress()
+    elif plan.history:
+        in_progress = _in_progress(plan)
+    state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if plan.history else {}
+    views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
+                        settings=plan.settings,
+                        history_for=(lambda name: EngineHistory(history, name)) if history else None,
+                        in_progress=lambda name: name in in_progress)
+    pending: list[Finding] = []
+    findings = run_playbooks(views, state, now=now, settings=plan.settings,
+                             window_is_history=plan.since_s is not None, pending=pending)
+    if plan.history:
+        state_dir.save_json("playbooks.json", state)
+    record_history(history, results, now)
+    actions: list[dict[str, Any]] = []
+    if remediator is not None:
+        records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger=plan.trigger,
+                                       yes=plan.yes)
+        records = [*(r for r in reconciled if r.status != "applied"), *records]
+        if plan.verify_wait_s > 0 and any(r.status == "applied" for r in records):
+            async def reread() -> dict[str, Any]:
+                again = await read_all(plan, None, clock=clock)
+                return {r.ref.name: r.signals for r in again}
+
+            await remediator.verify(records, reread, wait_s=plan.verify_wait_s)
+        window = float(getattr(plan.settings, "length_limit_lift_after_s", 0.0) or 0.0)
+        records += await remediator.lift_idle_limits(
+            {r.ref.name: r.signals for r in results}, findings,
+            refused_in_window=_refusals_within(history, results, window, now) if history and window else None)
+        actions = [r.report() for r in records]
+    readable = any(r.describe()["reachable"] for r in results)
+    engines = []
+    for r in results:
+        described = r.describe()
+        described["findings"] = [f.to_dict() for f in findings if f.engine == r.ref.name]
+        described["pending"] = [f.to_dict() for f in pending if f.engine == r.ref.name]
+        described["window_s"] = round(r.signals.window_s, 3)
+        described["change_in_progress"] = r.ref.name in in_progress
+        engines.append(described)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "generated_at": iso(now),
+        "doctor_version": __version__,
+        "window_s": (round(max([r.signals.window_s for r in results] + [now - started]), 3)
+                     if plan.since_s is None else plan.since_s),
+        "status": worst(findings) if readable else "unknown",
+        "findings": [f.to_dict() for f in findings],
+        "pending": [f.to_dict() for f in pending],
+        **({"actions": actions} if plan.fix else {}),
+        "engines": engines,
+    }
+
+
+def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:
+    """Requests the router refused for its length limit over the last `window_s`, from the history of earlier
+    cycles (None without a cycle at least that long ago)."""
+    from doctor.remedy.lift import counter_increase
+
+    for r in results:
+        current = r.signals.get("length_limit_refusals_total")
+        if current is not None:
+            series = history.series(r.ref.name, "length_limit_refusals_total", 2 * window_s)
+            return counter_increase(series, current, window_s=window_s, now=now)
+    return None
+
+
+def _config(plan: Plan) -> Any:
+    from doctor.config import DoctorConfig
+
+    return plan.settings if isinstance(plan.settings, DoctorConfig) else DoctorConfig()
+
+
+def _in_progress(plan: Plan) -> set[str]:
+    """Engines another doctor process is changing now (so this cycle says so instead of paging)."""
+    if not (Path(plan.state_dir) / "guardrails.json").exists():
+        return set()
+    from doctor.remedy.guardrails import Guardrails
+
+    return Guardrails(plan.state_dir, _config(plan)).in_progress()
+
+
+def _remediator(plan: Plan) -> Any:
+    from doctor.remedy.setup import remediator
+
+    return remediator(_config(plan), plan.state_dir, router_url=plan.router)

@@ -1,0 +1,39 @@
+"""The plan of one doctor cycle: what it reads, how it judges, what it may do.
+
+Every caller builds one (doctor diagnose from its flags and config, the daemon from its config, a trial
+from its scenario) and hands it to `doctor.cycle.run_cycle`; nothing below the cycle sees a CLI's options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from doctor.engines import EngineRef
+
+if TYPE_CHECKING:
+    from doctor.pipeline import PlaybookSettings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One cycle's engines, sources, settings and state."""
+
+    engines: tuple[EngineRef, ...]
+    state_dir: Path
+    settings: PlaybookSettings | None = None  # doctor.config.DoctorConfig, or seed defaults when None
+    sample_s: float = 5.0  # between the two direct reads of each engine
+    window_s: float = 60.0  # what the signals are judged over (earlier cycles' reads open it)
+    min_requests: int = 10
+    request_timeout_s: float = 5.0
+    long_prompt_tokens: int = 5120
+    very_long_prompt_tokens: int = 8192
+    router: str | None = None  # the hot/cold router's URL
+    prometheus: str | None = None
+    since_s: float | None = None  # with prometheus: judge this much history instead of sampling
+    history: bool = True  # read and write the state directory's history (off: a one-shot look)
+    fix: bool = False  # apply remedies as the mode allows
+    yes: bool = False  # approve from this terminal (approve mode)
+    verify_wait_s: float = 0.0  # wait this long to verify what was applied (the rest: the next cycle)
+    trigger: str = "cron"  # what started the cycle (audited): cron, daemon, alert:<fingerprint>, ...
