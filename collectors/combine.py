@@ -119,29 +119,13 @@ def config_of(reading: EngineReading) -> EngineConfigView:
     )
 
 
-def _widen(values: dict[str, float | None], reasons: dict[str, str], weak: dict[str, float],
-           wide: Sequence[MetricsSnapshot], config: EngineConfigView, window_s: float, **derive_kw: Any) -> None:
-    """Signals of too few requests in the window, taken again over the wider chain when it has enough (as a
-    `[5m]` range serves a low-rate engine); those still too few stay marked."""
-    view = window_view(wide)
-    if view.length_s <= window_s:
-        return
-    got = derive_window(view.base, view.cur, config, gauges=view.gauges, resets=view.resets, **derive_kw)
-    for name in list(weak):
-        if got.values.get(name) is not None and name not in got.weak:
-            values[name] = got.values[name]
-            reasons[name] = (f"over {view.length_s:g}s: only {weak.pop(name):g} requests in the {window_s:g}s "
-                             f"window; " + got.reasons.get(name, "")).rstrip("; ")
-
-
 def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens: int = 5120,
                   very_long_prompt_tokens: int = 8192, chain: Sequence[MetricsSnapshot] | None = None,
-                  min_requests: int = MIN_REQUESTS, wide_chain: Sequence[MetricsSnapshot] | None = None) -> Signals:
+                  min_requests: int = MIN_REQUESTS) -> Signals:
     """The Signals of one engine from its samples, in the report's shape.
 
     `chain`: the snapshots of a longer window (collectors.window.window_chain: earlier runs' snapshots and
-    this run's, oldest first); without it the window is this run's own reads. `wide_chain`: a wider one
-    (several windows) for request-based signals the window holds too few requests for.
+    this run's, oldest first); without it the window is this run's own reads.
     """
     values: dict[str, float | None] = {}
     reasons: dict[str, str] = {}
@@ -160,9 +144,6 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
         reasons.update(got.reasons)
         weak.update(got.weak)
         window_s = view.length_s
-        if weak and wide_chain and len(wide_chain) >= 2:
-            _widen(values, reasons, weak, wide_chain, config, window_s, long_prompt_tokens=long_prompt_tokens,
-                   very_long_prompt_tokens=very_long_prompt_tokens, min_requests=min_requests)
         idle = view.unchanged_s.get("generation_tokens")
         values["generation_idle_s"] = idle
         reasons["generation_idle_s"] = ("vllm:generation_tokens_total not in the scrape" if idle is None else

@@ -29,7 +29,6 @@ from collectors.scrape import ScrapeError, parse_metrics
 from collectors.types import EngineConfigView, Event, MetricsSnapshot, Sample, Signals
 from collectors.window import window_chain
 from doctor.pipeline import DefaultSettings, build_views, run_playbooks
-from doctor.reading import WIDE_WINDOWS
 from doctor.rules import load_playbooks
 from playbooks.base import Playbook
 from playbooks.evaluate import evaluate
@@ -224,24 +223,20 @@ class Observer:
         readings = self.read(window_s)
         signals: dict[str, Signals] = {}
         for r in readings:
-            chain, wide = self._chains(r, judge_s)
-            signals[r.name] = build_signals(r, window_s=window_s, long_prompt_tokens=long_prompt_tokens, chain=chain,
-                                            wide_chain=wide)
+            chain = self._chain(r, judge_s)
+            signals[r.name] = build_signals(r, window_s=window_s, long_prompt_tokens=long_prompt_tokens, chain=chain)
             if r.last_ok("metrics") is not None:
                 history.append(r.name, now, signals[r.name].values)
         return readings, signals
 
-    def _chains(self, reading: EngineReading, judge_s: float
-                ) -> tuple[list[MetricsSnapshot] | None, list[MetricsSnapshot] | None]:
+    def _chain(self, reading: EngineReading, judge_s: float) -> list[MetricsSnapshot] | None:
         w = self.watches.get(reading.name)
         cur = reading.last_ok("metrics")
         if w is None or cur is None or cur.metrics is None:
-            return None, None
+            return None
         chain = window_chain(w.snapshots, cur.metrics, judge_s)
-        wide = window_chain(w.snapshots, cur.metrics, WIDE_WINDOWS * judge_s)
-        w.snapshots = [*(s for s in w.snapshots if s.timestamp >= cur.metrics.timestamp - 2 * WIDE_WINDOWS * judge_s),
-                       cur.metrics]
-        return chain, wide
+        w.snapshots = [*(s for s in w.snapshots if s.timestamp >= cur.metrics.timestamp - 4 * judge_s), cur.metrics]
+        return chain
 
     def watch(self, name: str, role: str | None, argv: Sequence[str], env: dict[str, str], fresh: bool) -> None:
         """Follow a relaunch (new flags) or a new replica (a new engine to read); `fresh`: a new process, so its

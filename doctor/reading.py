@@ -154,28 +154,24 @@ def open_store(opts: Plan) -> SnapshotStore | None:
     from collectors.snapstore import SnapshotStore
 
     return SnapshotStore(opts.state_dir / "snapshots.json",
-                         max_age_s=max(1200.0, 2 * WIDE_WINDOWS * opts.window_s))
+                         max_age_s=max(1200.0, 4 * opts.window_s))
 
 
-WIDE_WINDOWS = 5  # a low-rate engine's request-based signals may be judged over up to this many windows
-
-
-def _window_chains(store: SnapshotStore | None, ref: EngineRef, reading: EngineReading, window_s: float
-                   ) -> tuple[list[MetricsSnapshot] | None, list[MetricsSnapshot] | None]:
-    """This run's reads after the earlier runs' kept snapshots, from the one nearest `window_s` old (and the
-    one nearest WIDE_WINDOWS windows old); this run's reads are kept for the next runs."""
+def _window_chain(store: SnapshotStore | None, ref: EngineRef, reading: EngineReading,
+                  window_s: float) -> list[MetricsSnapshot] | None:
+    """This run's reads after the earlier runs' kept snapshots, from the one nearest `window_s` old; this
+    run's reads are kept for the next runs."""
     from collectors.window import window_chain
 
     own = [s.metrics for s in reading.of("metrics") if s.error is None and s.metrics is not None]
     if store is None or not own:
-        return None, None
+        return None
     earlier = [s for s in store.load(ref.name, ref.url) if s.timestamp < own[0].timestamp]
     store.save(ref.name, ref.url, own)
     if store.problems:
         reading.errors_extra.extend(store.problems)
         store.problems.clear()
-    kept = [*earlier, *own[:-1]]
-    return window_chain(kept, own[-1], window_s), window_chain(kept, own[-1], WIDE_WINDOWS * window_s)
+    return window_chain([*earlier, *own[:-1]], own[-1], window_s)
 
 
 async def read_all(opts: Plan, history: SignalHistory | None, *,
@@ -225,10 +221,10 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
     out = []
     for ref in opts.engines:
         reading = readings[ref.name]
-        chain, wide = await asyncio.to_thread(_window_chains, store, ref, reading, opts.window_s)
+        chain = await asyncio.to_thread(_window_chain, store, ref, reading, opts.window_s)
         signals = build_signals(reading, window_s=window, long_prompt_tokens=opts.long_prompt_tokens,
                                 very_long_prompt_tokens=opts.very_long_prompt_tokens, chain=chain,
-                                min_requests=opts.min_requests, wide_chain=wide)
+                                min_requests=opts.min_requests)
         out.append(EngineResult(ref, reading, signals, detection_of(reading)))
     return out
 
