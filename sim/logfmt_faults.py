@@ -6,6 +6,8 @@ Also the text of torch.OutOfMemoryError (`torch_oom_message`) and PyTorch's size
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sim.logfmt_lines import CORE, WORKER, LineFormatter
 
 GIB = 1024**3
@@ -87,14 +89,16 @@ class FaultLines(LineFormatter):
         now: float,
         *,
         cause: str | None = "RuntimeError: CUDA error: an illegal memory access was encountered",
-        client: str = "127.0.0.1:51234",
-        method: str = "POST",
-        path: str = "/v1/chat/completions",
+        in_flight: Sequence[tuple[str, str, str]] = (),
         running: int = 0,
         waiting: int = 0,
         kv_usage: float = 0.0,
     ) -> list[str]:
-        """The lines of an engine death, ending with a 500 and the server shutting down.
+        """The lines of an engine death, ending with the server shutting down.
+
+        `in_flight` holds (client, method, path) of requests whose 500 these lines should include (a
+        log made without an HTTP server); a live server writes each of its own as its handler answers,
+        and none when nothing was in flight.
 
         `cause` is the exception line raised inside the engine (an exception traceback is printed);
         `cause=None` means the process vanished (SIGKILL, OOM killer, segfault): no traceback,
@@ -132,7 +136,7 @@ class FaultLines(LineFormatter):
                 level="ERROR",
                 tag="v0_client",
             )
-            out += self.access(now, client, method, path, 500)
+            out += [line for request in in_flight for line in self.access(now + 1.0, *request, 500)]
             out += self.emit(
                 now + 3.0,
                 "MQLLMEngine is already dead, terminating server process",
@@ -197,7 +201,7 @@ class FaultLines(LineFormatter):
                     tag="monitor",
                 )
         out += self._dead_error_api(now + 0.5)
-        out += self.access(now, client, method, path, 500)
+        out += [line for request in in_flight for line in self.access(now + 0.5, *request, 500)]
         out += self.uvicorn("Shutting down")
         return out
 
@@ -212,8 +216,7 @@ class FaultLines(LineFormatter):
         allocated_gib: float,
         reserved_unallocated_gib: float,
         private_pools_gib: float = 0.0,
-        client: str = "127.0.0.1:51234",
-        path: str = "/v1/chat/completions",
+        in_flight: Sequence[tuple[str, str, str]] = (),
     ) -> list[str]:
         """A runtime CUDA OOM inside the engine, which then dies (see `engine_death`)."""
         cause = torch_oom_message(
@@ -225,7 +228,7 @@ class FaultLines(LineFormatter):
             reserved_unallocated_gib=reserved_unallocated_gib,
             private_pools_gib=private_pools_gib,
         )
-        return self.engine_death(now, cause=cause, client=client, path=path)
+        return self.engine_death(now, cause=cause, in_flight=in_flight)
 
     def startup_failure(self, now: float, final: str) -> list[str]:
         """An engine that fails during init, and the API server giving up."""
