@@ -88,10 +88,11 @@ def build_parser(prog: str = "doctor sim engine") -> argparse.ArgumentParser:
 
 
 def _non_default(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, object]:
-    """vLLM's `non-default args` dict: engine flags whose value differs from the default."""
+    """vLLM's `non-default args` dict: its own flags whose value differs from the default (no sim flags)."""
     out: dict[str, object] = {}
+    sim_only = {a.dest for g in parser._action_groups if g.title == "simulator" for a in g._group_actions}
     for action in parser._actions:
-        if action.dest in ("help", "model_flag", "model_tag"):
+        if action.dest in ("help", "model_flag", "model_tag") or action.dest in sim_only:
             continue
         value = getattr(ns, action.dest, None)
         if value != action.default:

@@ -55,6 +55,23 @@ def torch_oom_message(
     )
 
 
+
+# Where start-up raises each exception (vllm/v1/worker/gpu_worker.py, gpu_model_runner.py), so the
+# traceback's last frames match the exception line that ends it.
+_INIT_DEVICE_FRAMES = [("v1/worker/gpu_worker.py", 184, "init_device", "raise ValueError(")]
+_LOAD_MODEL_FRAMES = [
+    ("v1/engine/core.py", 83, "__init__", "self.model_executor = executor_class(vllm_config)"),
+    ("executor/executor_base.py", 54, "__init__", "self._init_executor()"),
+    ("executor/uniproc_executor.py", 55, "_init_executor", 'self.collective_rpc("load_model")'),
+    ("v1/worker/gpu_worker.py", 211, "load_model", "self.model_runner.load_model()"),
+    ("v1/worker/gpu_model_runner.py", 1790, "load_model", "self.model = model_loader.load_model("),
+]
+
+
+def _raising_frames(final: str) -> list[tuple[str, int, str, str]]:
+    """The innermost frames for a start-up failure ending in `final`."""
+    return _LOAD_MODEL_FRAMES if final.startswith("torch.OutOfMemoryError") else _INIT_DEVICE_FRAMES
+
 class FaultLines(LineFormatter):
     """Failure and warning lines of one vLLM release; a mixin of `LogFormatter`."""
 
@@ -256,7 +273,7 @@ class FaultLines(LineFormatter):
                     "__init__",
                     "super().__init__(vllm_config, executor_class, log_stats,",
                 ),
-                ("v1/worker/gpu_worker.py", 184, "init_device", "raise ValueError("),
+                *_raising_frames(final),
             ],
             final,
         )
