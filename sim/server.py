@@ -243,7 +243,7 @@ class SimServer:
         def listener(req: SimRequest, new_tokens: int, now: float) -> None:
             queue.put_nowait((new_tokens, req.finish_reason))
 
-        target = g.max_tokens if g.ignore_eos else core.sample_output_len()
+        target = g.max_tokens if g.ignore_eos else g.eos_after or core.sample_output_len()
         sim_req = SimRequest(req_id, g.prompt_ids, max_tokens=g.max_tokens, target_output=target,
                              arrival_time=self.clock(), priority=g.priority,
                              output_seed=uuid.UUID(req_id[len(prefix):]).int % 1_000_000, listener=listener)
