@@ -19,6 +19,7 @@ import uvicorn
 from sim.args import EngineArgsError, SimOptions, build_parser, parse_engine_args
 from sim.engine import EngineConfig, EngineCore, EngineStartError
 from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
+from sim.logfmt_requests import ignored_flags_line
 from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
 from sim.server import SimServer, build_dcgm_app
@@ -102,8 +103,10 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
         sock.close()
         return 1
     driver = RealtimeDriver(runtime, clock)
+    sink(ignored_flags_line(runtime.fmt, clock(), options.ignored_flags))
     server = SimServer(runtime, driver, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint,
-                       clock=clock)
+                       clock=clock, log_requests=options.log_requests,
+                       access_log_excluded=options.access_log_excluded)
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]
