@@ -6,11 +6,13 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sim.engine import EngineConfig
 from sim.faults import FaultPlan, FaultSpecError, build_plan
 from sim.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
-from sim.profiles import DEFAULT_PROFILE, PROFILE_NAMES, VersionProfile, get_profile
+from sim.profiles import DEFAULT_PROFILE, PROFILE_NAMES, PROFILES, VersionProfile, get_profile
+from sim.vllm_flags import BoolAction, Flag, add_flag, normalize_argv, release_flags, str_bool
 
 
 class EngineArgsError(ValueError):
@@ -34,6 +36,9 @@ class SimOptions:
     keep_alive_on_death: bool = False
     stats_interval_s: float | None = None  # VLLM_LOG_STATS_INTERVAL (V1 0.10+)
     non_default_args: dict[str, object] = field(default_factory=dict)
+    log_requests: bool = False  # vLLM's request log lines ("Received request ...", "Added request ...")
+    access_log_excluded: frozenset[str] | None = frozenset()  # paths without access lines; None: all
+    ignored_flags: list[str] = field(default_factory=list)  # set, accepted, not modelled
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,34 +46,66 @@ class _Parser(argparse.ArgumentParser):
         raise EngineArgsError(f"{self.prog}: error: {message}")
 
 
-def build_parser(prog: str = "doctor sim engine") -> argparse.ArgumentParser:
-    """The parser; `--help` lists every flag."""
+# The vLLM flags the sim models, by dest, with the sim's own parsing (defaults resolved from the preset).
+_MODELLED: dict[str, dict[str, Any]] = {
+    "model": {"dest": "model_flag", "help": "the model (older `api_server --model` style)"},
+    "served_model_name": {"nargs": "+", "help": "name(s) clients use; default: the model tag"},
+    "host": {"default": "0.0.0.0"},
+    "port": {"type": int, "default": 8000, "help": "0 picks a free port"},
+    "max_num_seqs": {"type": int, "help": "cap on running sequences (default from the preset)"},
+    "max_num_batched_tokens": {"type": int, "help": "per-step token budget (default from the preset)"},
+    "max_model_len": {"type": int, "help": "context length (default: the model's)"},
+    "gpu_memory_utilization": {"type": float, "help": "share of each GPU this engine reserves"},
+    "tensor_parallel_size": {"type": int, "default": 1},
+    "enable_chunked_prefill": {"bool": True, "default": True},
+    "enable_prefix_caching": {"bool": True, "default": True},
+    "kv_cache_dtype": {"default": "auto", "choices": ["auto", "float16", "bfloat16", "fp8", "fp8_e4m3",
+                                                      "fp8_e5m2"]},
+    "quantization": {"default": None},
+    "scheduling_policy": {"default": "fcfs", "choices": ["fcfs", "priority"]},
+    "enable_sleep_mode": {"action": "store_true"},
+    "disable_log_stats": {"action": "store_true"},
+    "enforce_eager": {"bool": True, "default": False},
+    "block_size": {"type": int, "default": 16, "choices": [8, 16, 32, 64, 128]},
+    "num_gpu_blocks_override": {"type": int},
+    "long_prefill_token_threshold": {"type": int, "default": 0},
+    "seed": {"type": int, "default": 0, "help": "seed for every random draw of the model"},
+}
+# Flags whose effect shows outside and that the sim reproduces (request log lines, access-log filters).
+_REPRODUCED = frozenset({"enable_log_requests", "disable_log_requests", "disable_access_log_for_endpoints",
+                         "disable_uvicorn_access_log"})
+_IGNORED_GROUP = "other vLLM flags (accepted; the sim does not model them)"
+
+
+def _add_modelled(group: argparse._ActionsContainer, flag: Flag, spec: dict[str, Any]) -> None:
+    kw = {k: v for k, v in spec.items() if k != "bool"}
+    kw.setdefault("dest", flag.dest)
+    if "choices" in kw:  # the release's own choices (they differ across releases)
+        conv = kw.get("type", str)
+        kw["choices"] = [conv(c) for c in flag.choices if c != "None"] if flag.choices else None
+    if spec.get("bool"):
+        if flag.kind in ("true", "bool"):
+            group.add_argument(*flag.options, action=BoolAction, false_options=flag.false_options, **kw)
+        else:  # 0.6's StoreBoolean (`--enable-prefix-caching true`)
+            group.add_argument(*flag.options, type=str_bool, nargs="?", const=True, **kw)
+    elif flag.kind == "true" and "action" not in kw:
+        group.add_argument(*flag.options, action="store_true", **kw)
+    else:
+        group.add_argument(*flag.options, **kw)
+
+
+def build_parser(prog: str = "doctor sim engine", version: str = DEFAULT_PROFILE) -> argparse.ArgumentParser:
+    """The parser for one profile: every `vllm serve` flag of its release, then the sim's own flags."""
     p = _Parser(prog=prog, description="A simulated vLLM engine: the same HTTP API, /metrics and logs as "
                 "`vllm serve`, with latency from a model of continuous batching.",
                 usage=f"{prog} [model_tag] [options]")
     p.add_argument("model_tag", nargs="?", help="model name or path, as for `vllm serve`")
-    p.add_argument("--model", dest="model_flag", help="the model (older `api_server --model` style)")
-    p.add_argument("--served-model-name", nargs="+", help="name(s) clients use; default: the model tag")
-    p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    p.add_argument("--max-num-seqs", type=int, help="cap on running sequences (default from the preset)")
-    p.add_argument("--max-num-batched-tokens", type=int, help="per-step token budget (default from the preset)")
-    p.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
-    p.add_argument("--gpu-memory-utilization", type=float, help="share of each GPU this engine reserves")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--kv-cache-dtype", default="auto",
-                   choices=["auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"])
-    p.add_argument("--quantization", "-q", default=None)
-    p.add_argument("--scheduling-policy", default="fcfs", choices=["fcfs", "priority"])
-    p.add_argument("--enable-sleep-mode", action="store_true")
-    p.add_argument("--disable-log-stats", action="store_true")
-    p.add_argument("--enforce-eager", action="store_true")
-    p.add_argument("--block-size", type=int, default=16, choices=[8, 16, 32, 64, 128])
-    p.add_argument("--num-gpu-blocks-override", type=int)
-    p.add_argument("--long-prefill-token-threshold", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0, help="seed for every random draw of the model")
+    ignored = p.add_argument_group(_IGNORED_GROUP)
+    for flag in release_flags(version):
+        if flag.dest in _MODELLED:
+            _add_modelled(p, flag, _MODELLED[flag.dest])
+        else:
+            add_flag(p if flag.dest in _REPRODUCED else ignored, flag)
     sim = p.add_argument_group("simulator")
     sim.add_argument("--vllm-version", default=DEFAULT_PROFILE,
                      help=f"version profile to imitate: {', '.join(PROFILE_NAMES)} (default {DEFAULT_PROFILE})")
@@ -88,15 +125,37 @@ def build_parser(prog: str = "doctor sim engine") -> argparse.ArgumentParser:
 
 
 def _non_default(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, object]:
-    """vLLM's `non-default args` dict: engine flags whose value differs from the default."""
+    """vLLM's `non-default args` dict: its own flags whose value differs from the default (no sim flags)."""
     out: dict[str, object] = {}
+    sim_only = {a.dest for g in parser._action_groups if g.title == "simulator" for a in g._group_actions}
     for action in parser._actions:
-        if action.dest in ("help", "model_flag", "model_tag"):
+        if action.dest in ("help", "model_flag", "model_tag") or action.dest in sim_only:
             continue
         value = getattr(ns, action.dest, None)
         if value != action.default:
             out[action.dest] = value
     return out
+
+
+def _log_requests(ns: argparse.Namespace) -> bool:
+    """0.10+: --enable-log-requests (off by default); 0.6 and 0.8 log unless --disable-log-requests."""
+    if hasattr(ns, "enable_log_requests"):
+        return bool(ns.enable_log_requests)  # 0.10-0.12's deprecated --disable-log-requests changes nothing here
+    return not getattr(ns, "disable_log_requests", False)
+
+
+def _access_log_excluded(ns: argparse.Namespace) -> frozenset[str] | None:
+    """--disable-uvicorn-access-log (all) and --disable-access-log-for-endpoints (0.20+, comma-separated)."""
+    if getattr(ns, "disable_uvicorn_access_log", False):
+        return None
+    paths = getattr(ns, "disable_access_log_for_endpoints", None) or ""
+    return frozenset(p.strip() for p in paths.split(",") if p.strip())
+
+
+def _ignored(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """The flags given (value off their default) that the sim accepts without modelling."""
+    group = next(g for g in parser._action_groups if g.title == _IGNORED_GROUP)
+    return [a.option_strings[0] for a in group._group_actions if getattr(ns, a.dest, a.default) != a.default]
 
 
 def _stats_interval(env: dict[str, str], profile: VersionProfile) -> float | None:
@@ -114,8 +173,15 @@ def _stats_interval(env: dict[str, str], profile: VersionProfile) -> float | Non
 def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tuple[EngineConfig, SimOptions]:
     """Resolve flags (and CUDA_VISIBLE_DEVICES, VLLM_SERVER_DEV_MODE) into a config."""
     env = dict(os.environ) if env is None else env
-    parser = build_parser()
+    argv = normalize_argv(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--vllm-version", default=DEFAULT_PROFILE)
+    version = pre.parse_known_args(argv)[0].vllm_version
+    parser = build_parser(version=version if version in PROFILES else DEFAULT_PROFILE)
     ns = parser.parse_args(argv)
+    for dest, spec in _MODELLED.items():  # flags this release lacks take the sim's default
+        if not hasattr(ns, spec.get("dest", dest)):
+            setattr(ns, spec.get("dest", dest), spec.get("default", False if "action" in spec else None))
     model = ns.model_tag or ns.model_flag
     if not model:
         raise EngineArgsError(f"{parser.prog}: error: a model is required (positional model_tag or --model)")
@@ -171,6 +237,9 @@ def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tup
         dev_mode=env.get("VLLM_SERVER_DEV_MODE") == "1",
         keep_alive_on_death=env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH") == "1",
         stats_interval_s=_stats_interval(env, profile),
+        log_requests=_log_requests(ns),
+        access_log_excluded=_access_log_excluded(ns),
+        ignored_flags=_ignored(ns, parser),
         non_default_args={"model_tag": model, **{k: v for k, v in _non_default(ns, parser).items()
                                                  if k != "model_tag"}},
     )

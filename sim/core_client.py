@@ -12,6 +12,7 @@ from typing import Protocol
 
 from sim.engine import EngineConfig, EngineCore
 from sim.faults import TimedFault
+from sim.logfmt import LogFormatter
 from sim.presets import Preset
 from sim.profiles import VersionProfile
 from sim.realtime import RealtimeDriver
@@ -52,6 +53,15 @@ class EngineClient(Protocol):
     def record_http(self, handler: str, method: str, status: int, duration_s: float) -> None: ...
 
     def access(self, now: float, client: str, method: str, path: str, status: int) -> None: ...
+
+    @property
+    def fmt(self) -> LogFormatter:
+        """The API server's line formatter (its pid; request log lines, the ignored-flags warning)."""
+        ...
+
+    def log(self, lines: list[str]) -> None:
+        """Write lines of the API server process (vLLM's RequestLogger, AsyncLLM's "Added request")."""
+        ...
 
     async def reset_prefix_cache(self) -> None: ...
 
@@ -117,6 +127,13 @@ class InprocClient:
 
     def access(self, now: float, client: str, method: str, path: str, status: int) -> None:
         self.runtime.access(now, client, method, path, status)
+
+    @property
+    def fmt(self) -> LogFormatter:
+        return self.runtime.fmt
+
+    def log(self, lines: list[str]) -> None:
+        self.runtime.sink(lines)
 
     async def reset_prefix_cache(self) -> None:
         self.core.reset_prefix_cache()

@@ -253,6 +253,9 @@ class MPClient:
     def access(self, now: float, client: str, method: str, path: str, status: int) -> None:
         self.sink(self.fmt.access(now, client, method, path, status))
 
+    def log(self, lines: list[str]) -> None:
+        self.sink(lines)
+
     async def reset_prefix_cache(self) -> None:
         await self._call("reset_prefix_cache")
 

@@ -185,10 +185,10 @@ class EngineCore:
             else:
                 chunks.append((n, req.num_computed))
         for req in batch.admitted:
-            # vLLM's SCHEDULED event: admission from waiting (again after a preemption); queue and
-            # prefill intervals use the most recent one.
-            req.scheduled_time = now
-            if not req.first_scheduled_time:
+            # vLLM's SCHEDULED event: only the first counts ("ignore preemptions" in
+            # vllm/v1/metrics/stats.py; V0's maybe_set_first_scheduled_time), so queue, prefill and
+            # inference intervals include any time spent preempted.
+            if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
             if req.prefix_hit_tokens < 0:
                 req.prefix_hit_tokens = req.num_computed
@@ -265,11 +265,7 @@ class EngineCore:
         if reason in ("stop", "length", "abort", "error"):
             m.request_success[reason] += 1
         if reason in ("stop", "length"):
-            m.e2e.observe(now - req.arrival_time)
-            m.queue.observe(max(0.0, req.scheduled_time - req.queued_time))
-            m.prefill.observe(max(0.0, req.first_token_time - req.scheduled_time))
-            m.decode.observe(max(0.0, now - req.first_token_time))
-            m.inference.observe(max(0.0, now - req.scheduled_time))
+            self._observe_intervals(req, now)
             m.prompt_tokens_hist.observe(req.num_prompt)
             m.generation_tokens_hist.observe(req.output_count)
             m.max_num_generation_tokens.observe(req.output_count)
@@ -280,6 +276,24 @@ class EngineCore:
         if req.listener is not None:
             req.listener(req, new_tokens, now)
         self._update_gauges()
+
+    def _observe_intervals(self, req: SimRequest, now: float) -> None:
+        """e2e, queue, prefill, decode and inference as vLLM computes them for a finished request.
+
+        V1 (vllm/v1/metrics/stats.py, update_from_finished_request): queued = first SCHEDULED -
+        QUEUED (engine core), prefill = first token - first SCHEDULED, decode = last token - first
+        token, inference = last token - first SCHEDULED, so prefill + decode = inference. V0
+        (vllm/engine/llm_engine.py, _get_stats) measures the queue from the request's arrival.
+        """
+        m = self.metrics
+        scheduled = req.first_scheduled_time if req.first_scheduled_time is not None else now
+        queued_from = req.queued_time if self.profile.v1 else req.arrival_time
+        last = req.last_token_time or now
+        m.e2e.observe(now - req.arrival_time)
+        m.queue.observe(max(0.0, scheduled - queued_from))
+        m.prefill.observe(max(0.0, req.first_token_time - scheduled))
+        m.decode.observe(max(0.0, last - req.first_token_time))
+        m.inference.observe(max(0.0, last - scheduled))
 
     def _update_gauges(self) -> None:
         m = self.metrics

@@ -23,6 +23,7 @@ from sim.core_mp import MPClient
 from sim.engine import EngineConfig, EngineCore, EngineStartError
 from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
 from sim.linewriter import LineWriter
+from sim.logfmt_requests import ignored_flags_line
 from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
 from sim.server import SimServer
@@ -101,7 +102,9 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
     except EngineStartError:
         sock.close()
         return 1
-    server = SimServer(engine, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint, clock=clock)
+    sink(ignored_flags_line(engine.fmt, clock(), options.ignored_flags))  # the API server's args check
+    server = SimServer(engine, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint, clock=clock,
+                       log_requests=options.log_requests, access_log_excluded=options.access_log_excluded)
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]

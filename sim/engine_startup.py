@@ -15,7 +15,9 @@ from sim.gpu import GIB
 
 def kv_dtype_bytes(kv_cache_dtype: str) -> float:
     """Bytes per KV element for `--kv-cache-dtype`."""
-    return 1.0 if kv_cache_dtype.startswith("fp8") else 2.0
+    if kv_cache_dtype.startswith(("int4", "nvfp4", "turboquant_3bit", "turboquant_4bit")):
+        return 0.5
+    return 1.0 if kv_cache_dtype.startswith(("fp8", "int8", "turboquant_k", "ultraquant")) else 2.0
 
 
 def weight_scale(quantization: str | None) -> float:

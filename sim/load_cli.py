@@ -165,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default completions)")
     r.add_argument("--no-stream", action="store_true", help="do not stream (TTFT then equals E2E, no ITLs)")
     r.add_argument("--max-concurrency", type=_positive_int, help="cap on requests in flight (default none)")
+    r.add_argument("--ignore-eos", action="store_true",
+                   help="send ignore_eos so every request runs to its drawn length and finishes `length` "
+                   "(as `vllm bench serve --ignore-eos`); default: it ends by EOS there (`stop`)")
     r.add_argument("--timeout", type=_positive_float, default=600.0,
                    help="seconds after which a request counts as failed (default 600)")
     r.add_argument("--vocab-size", type=_positive_int, default=32000,
@@ -273,6 +276,7 @@ async def _run(args: argparse.Namespace, requests: list[RequestSpec], percentile
             seed=args.seed,
             use_token_ids=True,
             vocab_size=args.vocab_size,
+            ignore_eos=args.ignore_eos,
             client=client,
             progress=None if args.quiet else _print_progress(sys.stderr),
             progress_interval_s=args.progress_every,

@@ -52,6 +52,7 @@ async def run_load(
     seed: int = 0,
     use_token_ids: bool = True,
     vocab_size: int = 32000,
+    ignore_eos: bool = False,
     client: httpx.AsyncClient | None = None,
     progress: Callable[[LoadProgress], None] | None = None,
     progress_interval_s: float = 5.0,
@@ -127,6 +128,7 @@ async def run_load(
                 seed=seed,
                 use_token_ids=use_token_ids,
                 vocab_size=vocab_size,
+                ignore_eos=ignore_eos,
             )
             if semaphore is None:
                 counts["sent"] += 1

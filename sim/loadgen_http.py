@@ -12,6 +12,7 @@ import httpx
 
 from sim.loadgen_answer import read_stream, read_whole
 from sim.loadgen_types import ERROR_BODY_CHARS, RequestResult, TargetError
+from sim.openai_api import EOS_AFTER_XARG
 from sim.workload import RequestSpec, prompt_text, prompt_token_ids
 
 APIS = ("completions", "chat")
@@ -60,17 +61,28 @@ def build_payload(
     seed: int,
     use_token_ids: bool,
     vocab_size: int,
+    ignore_eos: bool = False,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "stream": stream, "ignore_eos": True, "temperature": 0.0}
+    """The request body. With `ignore_eos` every request runs to max_tokens (finish `length`), as with
+    `vllm bench serve --ignore-eos`; otherwise it ends by EOS at its drawn length (finish `stop`): the sim's
+    stand-in model is told where (vllm_xargs), and max_tokens leaves one token of headroom because vLLM up
+    to 0.11 checks the length cap before EOS."""
+    body: dict[str, Any] = {"model": model, "stream": stream, "temperature": 0.0}
+    cap = spec.output_tokens
+    if ignore_eos:
+        body["ignore_eos"] = True
+    else:
+        body["vllm_xargs"] = {EOS_AFTER_XARG: spec.output_tokens}
+        cap += 1
     if api == "chat":
         body["messages"] = [{"role": "user", "content": prompt_text(spec, seed)}]
-        body["max_completion_tokens"] = spec.output_tokens
+        body["max_completion_tokens"] = cap
     else:
         if use_token_ids:
             body["prompt"] = prompt_token_ids(spec, seed=seed, vocab_size=vocab_size)
         else:
             body["prompt"] = prompt_text(spec, seed)
-        body["max_tokens"] = spec.output_tokens
+        body["max_tokens"] = cap
     if stream:
         body["stream_options"] = {"include_usage": True}
     if spec.priority:

@@ -6,6 +6,8 @@ Also the text of torch.OutOfMemoryError (`torch_oom_message`) and PyTorch's size
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sim.logfmt_lines import CORE, WORKER, LineFormatter
 
 GIB = 1024**3
@@ -53,6 +55,23 @@ def torch_oom_message(
     )
 
 
+
+# Where start-up raises each exception (vllm/v1/worker/gpu_worker.py, gpu_model_runner.py), so the
+# traceback's last frames match the exception line that ends it.
+_INIT_DEVICE_FRAMES = [("v1/worker/gpu_worker.py", 184, "init_device", "raise ValueError(")]
+_LOAD_MODEL_FRAMES = [
+    ("v1/engine/core.py", 83, "__init__", "self.model_executor = executor_class(vllm_config)"),
+    ("executor/executor_base.py", 54, "__init__", "self._init_executor()"),
+    ("executor/uniproc_executor.py", 55, "_init_executor", 'self.collective_rpc("load_model")'),
+    ("v1/worker/gpu_worker.py", 211, "load_model", "self.model_runner.load_model()"),
+    ("v1/worker/gpu_model_runner.py", 1790, "load_model", "self.model = model_loader.load_model("),
+]
+
+
+def _raising_frames(final: str) -> list[tuple[str, int, str, str]]:
+    """The innermost frames for a start-up failure ending in `final`."""
+    return _LOAD_MODEL_FRAMES if final.startswith("torch.OutOfMemoryError") else _INIT_DEVICE_FRAMES
+
 class FaultLines(LineFormatter):
     """Failure and warning lines of one vLLM release; a mixin of `LogFormatter`."""
 
@@ -87,14 +106,16 @@ class FaultLines(LineFormatter):
         now: float,
         *,
         cause: str | None = "RuntimeError: CUDA error: an illegal memory access was encountered",
-        client: str = "127.0.0.1:51234",
-        method: str = "POST",
-        path: str = "/v1/chat/completions",
+        in_flight: Sequence[tuple[str, str, str]] = (),
         running: int = 0,
         waiting: int = 0,
         kv_usage: float = 0.0,
     ) -> list[str]:
-        """The lines of an engine death, ending with a 500 and the server shutting down.
+        """The lines of an engine death, ending with the server shutting down.
+
+        `in_flight` holds (client, method, path) of requests whose 500 these lines should include (a
+        log made without an HTTP server); a live server writes each of its own as its handler answers,
+        and none when nothing was in flight.
 
         `cause` is the exception line raised inside the engine (an exception traceback is printed);
         `cause=None` means the process vanished (SIGKILL, OOM killer, segfault): no traceback,
@@ -132,7 +153,7 @@ class FaultLines(LineFormatter):
                 level="ERROR",
                 tag="v0_client",
             )
-            out += self.access(now, client, method, path, 500)
+            out += [line for request in in_flight for line in self.access(now + 1.0, *request, 500)]
             out += self.emit(
                 now + 3.0,
                 "MQLLMEngine is already dead, terminating server process",
@@ -142,7 +163,7 @@ class FaultLines(LineFormatter):
             out += self.uvicorn("Shutting down")
             return out
         return self.engine_death_core(now, cause=cause, running=running, waiting=waiting, kv_usage=kv_usage) + \
-            self.engine_death_client(now, cause=cause, client=client, method=method, path=path)
+            self.engine_death_client(now, cause=cause, in_flight=in_flight)
 
     def engine_death_core(
         self, now: float, *, cause: str | None, running: int = 0, waiting: int = 0, kv_usage: float = 0.0
@@ -196,11 +217,13 @@ class FaultLines(LineFormatter):
         now: float,
         *,
         cause: str | None,
-        client: str = "127.0.0.1:51234",
-        method: str = "POST",
-        path: str = "/v1/chat/completions",
+        in_flight: Sequence[tuple[str, str, str]] = (),
     ) -> list[str]:
-        """V1: what the API server writes when its EngineCore died (`cause=None`: the process vanished)."""
+        """V1: what the API server writes when its EngineCore died (`cause=None`: the process vanished).
+
+        `in_flight`: (client, method, path) of requests whose 500 these lines include (see `engine_death`);
+        a live API server writes none here: each in-flight handler's own access line is its 500.
+        """
         p = self.profile
         out: list[str] = []
         if cause is None:
@@ -220,7 +243,7 @@ class FaultLines(LineFormatter):
                     tag="monitor",
                 )
         out += self._dead_error_api(now + 0.5)
-        out += self.access(now, client, method, path, 500)
+        out += [line for request in in_flight for line in self.access(now + 0.5, *request, 500)]
         out += self.uvicorn("Shutting down")
         return out
 
@@ -235,8 +258,7 @@ class FaultLines(LineFormatter):
         allocated_gib: float,
         reserved_unallocated_gib: float,
         private_pools_gib: float = 0.0,
-        client: str = "127.0.0.1:51234",
-        path: str = "/v1/chat/completions",
+        in_flight: Sequence[tuple[str, str, str]] = (),
     ) -> list[str]:
         """A runtime CUDA OOM inside the engine, which then dies (see `engine_death`)."""
         cause = torch_oom_message(
@@ -248,7 +270,7 @@ class FaultLines(LineFormatter):
             reserved_unallocated_gib=reserved_unallocated_gib,
             private_pools_gib=private_pools_gib,
         )
-        return self.engine_death(now, cause=cause, client=client, path=path)
+        return self.engine_death(now, cause=cause, in_flight=in_flight)
 
     def startup_failure(self, now: float, final: str) -> list[str]:
         """An engine that fails during init, and the API server giving up."""
@@ -276,7 +298,7 @@ class FaultLines(LineFormatter):
                     "__init__",
                     "super().__init__(vllm_config, executor_class, log_stats,",
                 ),
-                ("v1/worker/gpu_worker.py", 184, "init_device", "raise ValueError("),
+                *_raising_frames(final),
             ],
             final,
         )

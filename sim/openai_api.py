@@ -44,6 +44,18 @@ class GenerationRequest:
     include_usage: bool
     priority: int
     n: int
+    eos_after: int | None = None  # the sim's stand-in model emits EOS after this many tokens
+
+
+# The key in `vllm_xargs` (vLLM's extra sampling arguments for extensions; ignored by real vLLM
+# unless a plugin reads it) that tells the sim's stand-in model where its EOS falls.
+EOS_AFTER_XARG = "sim_eos_after_tokens"
+
+
+def _eos_after(body: dict[str, Any]) -> int | None:
+    xargs = body.get("vllm_xargs")
+    value = xargs.get(EOS_AFTER_XARG) if isinstance(xargs, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
 def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
@@ -105,7 +117,7 @@ def parse_generation(kind: str, body: Any, *, served_name: str, model_path: str,
     opts = body.get("stream_options")
     include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
     return GenerationRequest(kind, model, ids, max_tokens, bool(body.get("ignore_eos", False)), stream,
-                             include_usage, priority, n)
+                             include_usage, priority, n, _eos_after(body))
 
 
 def check_length(prompt_len: int, max_tokens: int | None, max_model_len: int,

@@ -23,7 +23,7 @@ class SimRequest:
         "arrival_time", "block_hashes", "cached_refs", "committed_blocks", "error", "finish_reason",
         "first_scheduled_time", "first_token_time", "last_token_time", "listener", "max_tokens",
         "num_computed", "num_preemptions", "output_count", "output_seed", "prefix_hit_tokens",
-        "priority", "private_blocks", "prompt", "queued_time", "request_id", "scheduled_time", "seq",
+        "priority", "private_blocks", "prompt", "queued_time", "request_id", "seq",
         "status", "target_output",
     )
 
@@ -47,8 +47,8 @@ class SimRequest:
         self.status = Status.WAITING
         self.seq = 0
         self.queued_time = arrival_time
-        self.scheduled_time = 0.0
-        self.first_scheduled_time = 0.0
+        # vLLM keeps the first SCHEDULED event (re-admissions after a preemption do not move it).
+        self.first_scheduled_time: float | None = None
         self.first_token_time = 0.0
         self.last_token_time = 0.0
         self.num_preemptions = 0

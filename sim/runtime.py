@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from sim.engine import EngineCore, EngineStartError
 from sim.faults import TimedFault
 from sim.gpu import GIB
-from sim.logfmt import LogFormatter, StartupInfo, is_zero_interval, should_log_stats
+from sim.logfmt import LogFormatter, StartupInfo, is_zero_interval, should_log_stats, torch_oom_message
 
 LogSink = Callable[[list[str]], None]
 
@@ -189,10 +190,13 @@ class EngineRuntime:
         hw = core.preset.hardware
         total = hw.hbm_bytes / GIB
         growth = core.footprint_bytes * 0.6 / GIB
-        self.sink(self.fmt.cuda_oom_runtime(
-            now, tried_gib=1.16, total_gib=total * 0.99, free_gib=0.6, in_use_gib=total * 0.98,
-            allocated_gib=core.footprint_bytes / GIB * 0.9, reserved_unallocated_gib=growth,
-        ))
+        sizes: dict[str, Any] = {"tried_gib": 1.16, "total_gib": total * 0.99, "free_gib": 0.6,
+                                 "in_use_gib": total * 0.98, "allocated_gib": core.footprint_bytes / GIB * 0.9,
+                                 "reserved_unallocated_gib": growth}
+        if self.core_process:  # the API server writes its own half (sim.core_mp)
+            self.sink(self.fmt.engine_death_core(now, cause=torch_oom_message(**sizes)))
+        else:
+            self.sink(self.fmt.cuda_oom_runtime(now, **sizes))
 
     def sleep(self, level: int, now: float) -> float:
         freed = self.core.sleep(level, now)

@@ -20,6 +20,7 @@ from sim import tokenizer
 from sim.core_client import EngineClient
 from sim.exposition import CONTENT_TYPE, render_metrics
 from sim.faults import FaultSpecError, parse_fault
+from sim.logfmt_requests import request_lines, sampling_params_repr
 from sim.openai_api import (
     ApiError,
     GenerationRequest,
@@ -56,6 +57,10 @@ class AccessLog:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                excluded = self.server.access_log_excluded
+                if excluded is None or scope["path"] in excluded:  # vLLM's UvicornAccessLogFilter
+                    await send(message)
+                    return
                 client = scope.get("client") or ("127.0.0.1", 0)
                 path = scope["path"] + (("?" + scope["query_string"].decode()) if scope.get("query_string")
                                         else "")
@@ -83,8 +88,11 @@ class SimServer:
     """Routes bound to one engine (in process or an EngineCore child, through its client)."""
 
     def __init__(self, engine: EngineClient, *, dev_mode: bool, fault_endpoint: bool = False,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, log_requests: bool = False,
+                 access_log_excluded: frozenset[str] | None = frozenset()) -> None:
         self.engine = engine
+        self.log_requests = log_requests  # vLLM's RequestLogger: the API server writes these lines
+        self.access_log_excluded = access_log_excluded  # paths without access lines; None: every path
         self.dev_mode = dev_mode
         self.fault_endpoint = fault_endpoint
         self.clock = clock
@@ -234,15 +242,28 @@ class SimServer:
         def listener(req: SimRequest, new_tokens: int, now: float) -> None:
             queue.put_nowait((new_tokens, req.finish_reason))
 
-        target = g.max_tokens if g.ignore_eos else core.sample_output_len()
+        target = g.max_tokens if g.ignore_eos else g.eos_after or core.sample_output_len()
         sim_req = SimRequest(req_id, g.prompt_ids, max_tokens=g.max_tokens, target_output=target,
                              arrival_time=self.clock(), priority=g.priority,
                              output_seed=uuid.UUID(req_id[len(prefix):]).int % 1_000_000, listener=listener)
+        if self.log_requests:
+            self._log_request(body, g, sim_req)
         admit = asyncio.ensure_future(core.add_request(sim_req))
         if g.stream:
             return StreamingResponse(self._stream(g, sim_req, queue, admit, kind),
                                      media_type="text/event-stream")
         return await self._collect(request, g, sim_req, queue, admit, kind)
+
+    def _log_request(self, body: Any, g: GenerationRequest, sim_req: SimRequest) -> None:
+        """vLLM's request log lines for one request (--enable-log-requests)."""
+        temperature = body.get("temperature", 1.0) if isinstance(body, dict) else 1.0
+        xargs = body.get("vllm_xargs") if isinstance(body, dict) else None
+        params = sampling_params_repr(self.engine.profile.name, max_tokens=g.max_tokens, ignore_eos=g.ignore_eos,
+                                      temperature=float(temperature) if isinstance(temperature, int | float)
+                                      else 1.0, extra_args=xargs if isinstance(xargs, dict) else None)
+        prompt = body.get("prompt") if isinstance(body, dict) and isinstance(body.get("prompt"), str) else None
+        self.engine.log(request_lines(self.engine.fmt, self.clock(), sim_req.request_id, prompt=prompt,
+                                      prompt_ids=g.prompt_ids, params=params))
 
     def _abort(self, sim_req: SimRequest, admit: asyncio.Future[None]) -> None:
         if not admit.done():

@@ -54,7 +54,7 @@ async def _load_with_reads(server: RealServer) -> tuple[EngineReading, LoadResul
         reading.samples += await read_engine(client, "hot", url, timeout_s=30)
         before = await _successes(client, url)
         load = asyncio.create_task(run_load(url, _specs(N, PROMPT, OUTPUT, 0.005), model=SERVED_NAME, seed=11,
-                                            vocab_size=server.vocab_size, timeout_s=120))
+                                            vocab_size=server.vocab_size, timeout_s=120, ignore_eos=True))
         while not load.done():
             sample: Sample = await read_metrics(client, "hot", url, timeout_s=30)
             if sample.error is None:
@@ -133,7 +133,7 @@ def test_signals_agree_with_the_load_generator(real_vllm: RealServer) -> None:
 def _with_load(server: RealServer, n: int) -> list[RequestResult]:
     async def go() -> list[RequestResult]:
         res = await run_load(server.url, _specs(n, 32, 16, 0.05), model=SERVED_NAME, seed=3,
-                             vocab_size=server.vocab_size, timeout_s=120)
+                             vocab_size=server.vocab_size, timeout_s=120, ignore_eos=True)
         return res.results
 
     return asyncio.run(go())

@@ -209,3 +209,64 @@ def test_stopping_the_server_is_not_a_death(tmp_path: Path, sig: signal.Signals)
         assert eng.proc.wait(20) == 0
         assert _eventually(lambda: not core.is_running(), 10)
         assert "died unexpectedly" not in eng.log.read_text()
+
+
+ACCESS = re.compile(r'INFO:     [\d.]+:(?P<port>\d+) - "(?P<method>\w+) (?P<path>\S+) HTTP/1.1" (?P<status>\d{3}) ')
+
+
+def test_request_log_lines_flags_and_natural_finishes_through_the_engine_core(tmp_path: Path) -> None:
+    """sim-a's API-server features with the core in its own process: the API server writes those lines."""
+    args = ("--vllm-version", "0.33", "--enable-log-requests", "--dtype", "half",
+            "--disable-access-log-for-endpoints", "/health,/metrics")
+    with cli_engine(tmp_path, *args) as eng:
+        core = _core(eng)
+        httpx.get(eng.url + "/metrics", timeout=10)
+        body = {"model": "m", "prompt": "hello there", "max_tokens": 10, "vllm_xargs": {"sim_eos_after_tokens": 3}}
+        r = httpx.post(eng.url + "/v1/completions", json=body, timeout=30)
+        assert r.status_code == 200
+        assert r.json()["choices"][0]["finish_reason"] == "stop" and r.json()["usage"]["completion_tokens"] == 3
+        rid = r.json()["id"]
+        assert _eventually(lambda: any(f"Added request {rid}." in line for line in eng.lines()), 10)
+        lines = eng.lines()
+    api = f"(APIServer pid={eng.proc.pid})"
+    warn = [x for x in lines if "does not model these vLLM arguments" in x]
+    assert len(warn) == 1 and "--dtype" in warn[0] and api in warn[0]
+    received = [x for x in lines if f"Received request {rid}: params: SamplingParams(" in x]
+    assert len(received) == 1 and "max_tokens=10" in received[0] and api in received[0]
+    assert all(f"pid={core.pid})" not in x for x in lines if rid in x)  # not the EngineCore's lines
+    paths = [m["path"] for x in lines if (m := ACCESS.search(x))]
+    assert paths == ["/v1/completions"]  # /health and /metrics excluded
+
+
+def test_core_death_access_lines_only_for_requests_in_flight(tmp_path: Path) -> None:
+    """The API server answers each in-flight request once (500, or the stream's 200); nothing made up."""
+    n = 4
+    with cli_engine(tmp_path, "--vllm-version", "0.11", "--sim-fault-endpoint", "--time-scale", "50") as eng:
+        statuses: list[int] = []
+
+        def send(stream: bool) -> None:
+            body = {"prompt": "hi", "max_tokens": 500, "stream": stream}
+            with httpx.Client(base_url=eng.url, timeout=60) as c, c.stream("POST", "/v1/completions", json=body) as r:
+                r.read()
+                statuses.append(r.status_code)
+
+        threads = [threading.Thread(target=send, args=(i == 0,)) for i in range(n)]
+        for t in threads:
+            t.start()
+
+        def running() -> bool:
+            text = httpx.get(eng.url + "/metrics", timeout=10).text
+            return any(x.startswith("vllm:num_requests_running{") and float(x.rsplit(" ", 1)[1]) == n
+                       for x in text.splitlines())
+
+        assert _eventually(running, 30)
+        assert httpx.post(eng.url + "/sim/fault", json={"fault": "engine-death"}, timeout=10).status_code == 200
+        for t in threads:
+            t.join(30)
+        eng.proc.wait(30)
+        lines = eng.lines()
+    assert sorted(statuses) == [200] + [500] * (n - 1)
+    done = [m for x in lines if (m := ACCESS.search(x)) and m["path"] == "/v1/completions"]
+    assert sorted(m["status"] for m in done) == ["200"] + ["500"] * (n - 1)
+    assert len({m["port"] for m in done}) == n
+    assert sum(x.endswith("Shutting down") for x in lines) == 1  # the API server's, not the core's too

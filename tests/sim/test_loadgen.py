@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from sim.load_cli import main
+from sim.load_cli import build_parser, main
 from sim.loadgen import (
     LoadProgress,
     LoadResult,
@@ -53,7 +54,7 @@ def engine_url() -> Iterator[str]:
 
 def test_completions_stream_against_sim(engine_url: str) -> None:
     reqs = _specs(10)
-    result = _run(run_load(engine_url, reqs, timeout_s=60))
+    result = _run(run_load(engine_url, reqs, timeout_s=60, ignore_eos=True))
     assert result.model == MODEL  # discovered from /v1/models
     assert [r.index for r in result.results] == list(range(10))
     for spec, r in zip(reqs, result.results, strict=True):
@@ -157,7 +158,7 @@ def test_every_failure_is_recorded_not_raised() -> None:
         return by_tokens[body["max_tokens"]]
 
     reqs = [RequestSpec(i, 0.0, 10, i + 1, False) for i in range(9)]
-    result = _run(run_load("http://mock", reqs, client=_client(handler)))
+    result = _run(run_load("http://mock", reqs, client=_client(handler), ignore_eos=True))
     res = result.results
     assert [r.status for r in res] == [400, 413, 429, 500, 503, 200, 200, 200, 200]
     assert [r.success for r in res] == [False] * 8 + [True]
@@ -222,7 +223,8 @@ def test_requests_go_out_in_arrival_order_with_chat_payload() -> None:
     snapshots: list[LoadProgress] = []
     result = _run(
         run_load(
-            "http://mock", reqs, model="m", api="chat", client=_client(handler), progress=snapshots.append
+            "http://mock", reqs, model="m", api="chat", client=_client(handler), progress=snapshots.append,
+            ignore_eos=True,
         )
     )
     assert seen == [2, 4, 3]
@@ -343,6 +345,41 @@ def test_generated_workload_runs_through_mock() -> None:
         return httpx.Response(200, content=_good_stream(json.loads(request.content)["max_tokens"]))
 
     reqs = generate(WorkloadSpec(rate_qps=200, num_requests=20, output_median=4, prefix_share=0.5, seed=1))
-    result = _run(run_load("http://mock", reqs, model="m", client=_client(handler)))
+    result = _run(run_load("http://mock", reqs, model="m", client=_client(handler), ignore_eos=True))
     assert all(r.success for r in result.results)
     assert [r.output_tokens for r in result.results] == [s.output_tokens for s in reqs]
+
+
+# --- natural finishes (EOS at the drawn length) against --ignore-eos ------------------------------
+
+
+def _success_by_reason(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics").text
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "vllm:request_success_total":
+                out[s.labels["finished_reason"]] = out.get(s.labels["finished_reason"], 0.0) + s.value
+    return out
+
+
+@pytest.mark.parametrize("version", ["0.33", "0.8"])
+def test_requests_end_by_eos_at_their_drawn_length_by_default(version: str) -> None:
+    argv = [MODEL, "--max-num-seqs", "8", "--enforce-eager", "--port", "0", "--vllm-version", version]
+    reqs = _specs(6)
+    with running_engine(argv) as url:
+        natural = _run(run_load(url, reqs, timeout_s=60))
+        after_natural = _success_by_reason(url)
+        capped = _run(run_load(url, reqs, timeout_s=60, ignore_eos=True))
+        after_capped = _success_by_reason(url)
+    for spec, r in zip(reqs, natural.results, strict=True):
+        assert r.success and r.finish_reason == "stop" and r.output_tokens == spec.output_tokens
+    assert after_natural.get("stop") == 6 and after_natural.get("length", 0) == 0
+    assert all(r.finish_reason == "length" and r.output_tokens == s.output_tokens
+               for s, r in zip(reqs, capped.results, strict=True))
+    assert after_capped.get("length") == 6
+
+
+def test_load_cli_has_ignore_eos() -> None:
+    assert build_parser().parse_args(["--url", "http://x", "--ignore-eos"]).ignore_eos is True
+    assert build_parser().parse_args(["--url", "http://x"]).ignore_eos is False

@@ -364,7 +364,10 @@ def test_engine_death(name: str) -> None:
     for cause in ("RuntimeError: CUDA error: an illegal memory access was encountered", None):
         lines = f.engine_death(NOW, cause=cause)
         text = "\n".join(ANSI.sub("", line) for line in lines)
-        assert '"POST /v1/chat/completions HTTP/1.1" 500 Internal Server Error' in text
+        assert "HTTP/1.1" not in text  # nothing in flight: no access line is made up
+        flight = [("127.0.0.1:5000", "POST", "/v1/completions"), ("127.0.0.1:5001", "POST", "/v1/chat/completions")]
+        with_flight = "\n".join(ANSI.sub("", line) for line in f.engine_death(NOW, cause=cause, in_flight=flight))
+        assert with_flight.count("HTTP/1.1\" 500 Internal Server Error") == 2
         assert text.endswith("INFO:     Shutting down")
         if p.v1:
             assert "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue." in text
