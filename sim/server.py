@@ -296,11 +296,8 @@ class SimServer:
                       kind: str) -> AsyncIterator[str]:
         created = int(sim_req.arrival_time)
         sent = 0
+        role_sent = kind != "chat"
         try:
-            if kind == "chat":
-                first = chat_chunk(sim_req.request_id, created, g.model, {"role": "assistant", "content": ""},
-                                   None)
-                yield f"data: {json.dumps(first)}\n\n"
             while True:
                 _, finish = await queue.get()
                 if finish == "error":
@@ -311,6 +308,11 @@ class SimServer:
                 sent = sim_req.output_count
                 if not text and finish is None:
                     continue
+                if not role_sent:  # with the first output, as vLLM's serving_chat (first_iteration), not at once
+                    role_sent = True
+                    first = chat_chunk(sim_req.request_id, created, g.model, {"role": "assistant", "content": ""},
+                                       None)
+                    yield f"data: {json.dumps(first)}\n\n"
                 if kind == "completions":
                     chunk = completion_chunk(sim_req.request_id, created, g.model, text, finish)
                 else:
