@@ -1,5 +1,5 @@
 """One doctor cycle, the same for every caller: read -> reconcile -> evaluate (with `for` state) -> fix ->
-verify -> lift -> record, returning the report.
+verify -> lift -> record, returning the report (and the objects it was built from).
 
 `doctor diagnose` runs it once, the daemon on an interval and on each alert, the trials in virtual time;
 each hands it a `doctor.plan.Plan` (never a CLI's options) and a clock. What a caller needs to change is
@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from doctor.plan import Plan
+
+if TYPE_CHECKING:
+    from collectors.types import Signals
+    from playbooks.model import Finding
 
 SCHEMA_VERSION = "1.1"  # 1.1: pending conditions, finding status, windows per engine
 
@@ -23,16 +28,27 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> dict[str, Any]:
+@dataclass(frozen=True)
+class CycleResult:
+    """One cycle: the report (what `doctor diagnose` prints), the findings and pending conditions it was built
+    from, and the signals of each engine as the playbooks judged them."""
+
+    report: dict[str, Any]
+    findings: list[Finding]
+    pending: list[Finding]
+    signals: dict[str, Signals]
+
+
+async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> CycleResult:
     """Read every engine, evaluate the playbooks, act as the mode allows, and build the report."""
     # Imported here so that `doctor diagnose --help` stays fast.
     from doctor import __version__
     from doctor.pipeline import build_views, run_playbooks
     from doctor.reading import EngineHistory, open_history, open_store, read_all, record_history
     from doctor.state import StateDir
-    from playbooks.model import Finding, worst
+    from playbooks.model import worst
 
-    history = open_history(plan)
+    history = open_history(plan, clock)
     started = clock()
     results = await read_all(plan, history, clock=clock, store=open_store(plan))
     now = clock()
@@ -81,7 +97,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> di
         described["window_s"] = round(r.signals.window_s, 3)
         described["change_in_progress"] = r.ref.name in in_progress
         engines.append(described)
-    return {
+    report = {
         "schema_version": SCHEMA_VERSION,
         "generated_at": iso(now),
         "doctor_version": __version__,
@@ -93,6 +109,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> di
         **({"actions": actions} if plan.fix else {}),
         "engines": engines,
     }
+    return CycleResult(report, findings, pending, {r.ref.name: r.signals for r in results})
 
 
 def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:

@@ -188,7 +188,7 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     """One doctor cycle over the engines the flags name (doctor.cycle.run_cycle)."""
     from doctor.cycle import run_cycle
 
-    return await run_cycle(plan_of(opts), clock=clock)
+    return (await run_cycle(plan_of(opts), clock=clock)).report
 
 
 def exit_code(report: dict[str, Any], fail_on: str) -> int:

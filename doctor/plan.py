@@ -6,6 +6,8 @@ from its scenario) and hands it to `doctor.cycle.run_cycle`; nothing below the c
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +15,8 @@ from typing import TYPE_CHECKING
 from doctor.engines import EngineRef
 
 if TYPE_CHECKING:
+    import httpx
+
     from doctor.pipeline import PlaybookSettings
 
 
@@ -37,3 +41,8 @@ class Plan:
     yes: bool = False  # approve from this terminal (approve mode)
     verify_wait_s: float = 0.0  # wait this long to verify what was applied (the rest: the next cycle)
     trigger: str = "cron"  # what started the cycle (audited): cron, daemon, alert:<fingerprint>, ...
+    # I/O a caller in virtual time substitutes (the trials): the HTTP transports the engine, router and
+    # dcgm-exporter reads go through (None: the network), and the wait between the two reads of each engine.
+    transport: httpx.AsyncBaseTransport | None = None
+    sync_transport: httpx.BaseTransport | None = None  # for dcgm-exporter (collectors.gpu.DcgmSource, in a thread)
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep

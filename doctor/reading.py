@@ -53,14 +53,16 @@ def _read_logs(ref: EngineRef, reading: EngineReading, since: float) -> None:
 
 
 def _gpu_signals(ref: EngineRef, reading: EngineReading, history: SignalHistory | None, *,
-                 timeout_s: float, say: Callable[[str], None]) -> None:
+                 timeout_s: float, say: Callable[[str], None], clock: Callable[[], float] = time.time,
+                 transport: httpx.BaseTransport | None = None) -> None:
     """dcgm-exporter when given for the engine, else NVML on this host when GPU indices are given."""
     from collectors.gpu import DcgmSource, GpuReader, GpuSource, NvmlSource, engine_fb_bytes, gpu_signals
 
     source: GpuSource
     if ref.dcgm:
         url = ref.dcgm if urlsplit(ref.dcgm).path not in ("", "/") else ref.dcgm.rstrip("/") + "/metrics"
-        source = DcgmSource(url, httpx.Client(timeout=timeout_s, trust_env=False), timeout_s=timeout_s)
+        source = DcgmSource(url, httpx.Client(timeout=timeout_s, trust_env=False, transport=transport),
+                            timeout_s=timeout_s)
     elif ref.gpus:
         source = NvmlSource()
     else:
@@ -75,7 +77,7 @@ def _gpu_signals(ref: EngineRef, reading: EngineReading, history: SignalHistory 
     if history is not None:
         points = history.series(ref.name, BASELINE_SIGNAL, since_s=6 * 3600)
         baseline = points[0][1] if points else None
-        history.append(ref.name, time.time(), {BASELINE_SIGNAL: engine_fb_bytes(readings)})
+        history.append(ref.name, clock(), {BASELINE_SIGNAL: engine_fb_bytes(readings)})
     values, reasons = gpu_signals(readings, baseline_fb_bytes=baseline)
     if baseline is None and values.get("memory_growth_ratio") is None:
         reasons["memory_growth_ratio"] = "first run: this run's framebuffer use is recorded as the baseline"
@@ -139,12 +141,12 @@ class EngineHistory:
         return self.history.baseline(self.engine, signal, window_s, exclude_recent_s)
 
 
-def open_history(opts: Plan) -> SignalHistory | None:
+def open_history(opts: Plan, clock: Callable[[], float] = time.time) -> SignalHistory | None:
     if not opts.history:
         return None
     from collectors.history import SignalHistory
 
-    return SignalHistory(opts.state_dir / "history.json")
+    return SignalHistory(opts.state_dir / "history.json", clock=clock)
 
 
 def open_store(opts: Plan) -> SnapshotStore | None:
@@ -193,13 +195,13 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         window = opts.since_s
     else:
         limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
-        async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+        async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport) as client:
             await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=True,
                               clock=clock)
             if opts.router:
                 router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
                                                         clock=clock))
-            await asyncio.sleep(opts.sample_s)
+            await opts.sleep(opts.sample_s)
             await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=False,
                               clock=clock)
             if opts.router:
@@ -212,7 +214,7 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         reading = readings[ref.name]
         await asyncio.to_thread(_read_logs, ref, reading, log_since)
         await asyncio.to_thread(_gpu_signals, ref, reading, history, timeout_s=opts.request_timeout_s,
-                                say=reading.errors_extra.append)
+                                say=reading.errors_extra.append, clock=clock, transport=opts.sync_transport)
         if finder is not None and _is_local(ref.url):
             from collectors.host import local_process_signals
 
@@ -264,7 +266,7 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
                 reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
                 continue
             reading.samples.append(Sample("metrics", ref.name, t, metrics=snap))
-        async with httpx.AsyncClient(trust_env=False) as client:
+        async with httpx.AsyncClient(trust_env=False, transport=opts.transport) as client:
             from collectors.httpsource import read_health, read_models, read_version
 
             for read in (read_health, read_version, read_models):

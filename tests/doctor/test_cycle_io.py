@@ -1,0 +1,79 @@
+"""The cycle's I/O is substitutable through the plan: HTTP transports (async and sync), the wait, the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+
+from doctor.cycle import CycleResult, run_cycle
+from doctor.engines import EngineRef
+from doctor.plan import Plan
+from doctor.reading import BASELINE_SIGNAL
+from sim.harness import Harness
+from sim.scenarios import SCENARIOS
+
+
+def _harness(start: float | None = None) -> Harness:
+    h = Harness(seed=0) if start is None else Harness(seed=0, start=start)
+    sc = SCENARIOS["healthy"]
+    h.add_engine("hot", sc.argv_for("hot", 0), env=dict(sc.engine("hot").env))
+    return h
+
+
+def _plan(h: Harness, tmp_path: Path, seen: list[tuple[str, float]], slept: list[float]) -> Plan:
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append((f"{request.url.host}{request.url.path}", h.now))
+        if request.url.host == "dcgm.test":
+            return httpx.Response(200, text=h.gpu_text("hot"))
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=h.metrics_text("hot"))
+        if request.url.path == "/version":
+            return httpx.Response(200, json={"version": h.engines["hot"].core.profile.version})
+        if request.url.path == "/health":
+            return httpx.Response(h.health("hot"))
+        return httpx.Response(404)
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        h.run_until(h.now + seconds)
+
+    transport = httpx.MockTransport(handle)
+    ref = EngineRef("hot", "hot", "http://hot.test", dcgm="http://dcgm.test/metrics")
+    return Plan(engines=(ref,), state_dir=tmp_path, sample_s=5.0, transport=transport, sync_transport=transport,
+                sleep=sleep)
+
+
+def test_a_cycle_reads_through_the_plans_transports_and_waits_on_its_sleep(tmp_path: Path) -> None:
+    h = _harness()
+    h.run_until(h.start + 100)
+    seen: list[tuple[str, float]] = []
+    slept: list[float] = []
+    result = asyncio.run(run_cycle(_plan(h, tmp_path, seen, slept), clock=lambda: h.now))
+    assert isinstance(result, CycleResult)
+    assert slept == [5.0]
+    metrics = [t for what, t in seen if what == "hot.test/metrics"]
+    assert metrics == [h.start + 100, h.start + 105]  # two reads, sample_s apart in virtual time
+    assert any(what == "dcgm.test/metrics" for what, _ in seen)  # DcgmSource through the sync transport
+    assert result.report["generated_at"].startswith("2026-")  # the harness's clock (EPOCH is in 2026)
+    assert result.report["status"] == "ok" and result.findings == [] and result.pending == []
+    assert set(result.signals) == {"hot"} and result.signals["hot"].values.get("dram_utilization") is not None
+    history = json.loads((tmp_path / "history.json").read_text())["engines"]["hot"]
+    assert {t for t, _ in history} == {h.start + 105}  # the framebuffer baseline too is stamped by the clock
+    assert any(BASELINE_SIGNAL in values for _, values in history)
+    assert (tmp_path / "snapshots.json").exists()
+
+
+def test_history_is_judged_on_the_plans_clock(tmp_path: Path) -> None:
+    """A second cycle in virtual time sees the first one's history (SignalHistory reads the cycle's clock, not
+    the wall clock: from 2001 the wall clock's six hours would hold none of it)."""
+    h = _harness(start=1_000_000_000.0)
+    seen: list[tuple[str, float]] = []
+    plan = _plan(h, tmp_path, seen, [])
+    h.run_until(h.start + 60)
+    asyncio.run(run_cycle(plan, clock=lambda: h.now))
+    h.run_until(h.start + 120)
+    result = asyncio.run(run_cycle(plan, clock=lambda: h.now))
+    assert result.signals["hot"].values.get("memory_growth_ratio") is not None  # baseline from the first cycle
