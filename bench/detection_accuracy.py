@@ -1,6 +1,6 @@
 """Benchmark: detection accuracy of the playbooks over the incident scenarios (virtual time, sim.harness).
 
-Runs every scenario of `sim.scenarios` for a few seeds through `doctor.accuracy.run_in_harness` and
+Runs every scenario of `sim.scenarios` for a few seeds through `trials.accuracy.run_in_harness` and
 prints, per scenario: how often the expected playbook fired after the symptom onset, its first remedy,
 the detection delay (onset to the first evaluation that reported it; median and worst over seeds),
 and a confusion table (expected playbook vs every playbook that fired a warning or critical finding,
@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from doctor.accuracy import ScenarioResult, run_in_harness
 from sim.scenarios import SCENARIOS, Scenario, healthy
+from trials.accuracy import ScenarioResult, run_in_harness
 
 
 def _fmt_delay(values: list[float]) -> str:

@@ -1,7 +1,7 @@
 """Benchmark: does the doctor's remediation pay? Paired runs per scenario, without and with the doctor acting.
 
 For `long_prompt_storm`, `qps_surge`, `kv_pressure` and `fragmentation` (sim.scenarios) and each seed, runs the
-same trace twice in virtual time through `doctor.efficacy`: the doctor in observe mode (reads and reports, never
+same trace twice in virtual time through `trials.efficacy`: the doctor in observe mode (reads and reports, never
 acts) and in auto mode (applies the first remedy of each warning or critical finding through the harness
 actuators, behind the guardrails), then probes the capacity each run was left with (a ramp of the incident's
 request mix, the doctor no longer acting). Prints, per scenario, both runs side by side with the ratios (medians
@@ -25,9 +25,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from doctor import efficacy as eff
 from doctor.config import DoctorConfig
 from sim.scenarios import SCENARIOS
+from trials import efficacy as eff
 
 SCENARIO_NAMES = ("long_prompt_storm", "qps_surge", "kv_pressure", "fragmentation")
 # Fragmentation costs nothing in latency until the allocator runs out of memory: within the scenario's own
@@ -133,7 +133,7 @@ def _verdict(runs: list[dict[str, Any]]) -> dict[str, Any]:
     over the same window in both runs: requests sent after the doctor's first action took effect (the
     whole-incident window, detection delay included, is reported beside it). Its peak is peak-hour throughput
     of a service, i.e. capacity, which the incident's own load (at most a few tens of percent over the baseline's)
-    cannot show: the peak held to it is the capacity probe's (doctor.efficacy.PROBE_S: after the incident, the
+    cannot show: the peak held to it is the capacity probe's (trials.efficacy.PROBE_S: after the incident, the
     incident's request mix at a rate ramping to 3x, the most requests per second served within the SLOs). The
     incident window's peak within SLO, bounded by the load offered, is reported beside it."""
     p99_ok = qps_ok = 0

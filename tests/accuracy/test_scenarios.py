@@ -1,8 +1,9 @@
 """Accuracy suite: every incident scenario, in virtual time, makes its playbook fire with its first remedy;
 healthy traffic at three load levels and several seeds raises no warning or critical finding.
 
-The doctor's view is built as `doctor diagnose` builds it (doctor.accuracy). A failing assertion prints
-the findings timeline with the signals that matter, so a misfire can be traced to numbers.
+The doctor's view is the one `doctor diagnose` builds: trials.accuracy runs doctor.cycle.run_cycle over the
+harness. A failing assertion prints the findings timeline with the signals that matter, so a misfire can be
+traced to numbers.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from functools import cache
 
 import pytest
 
-from doctor.accuracy import ScenarioHarness, ScenarioResult, run_in_harness
 from playbooks.model import ACTION_KINDS
 from playbooks.registry import PLAYBOOK_MODULES
 from sim.scenarios import SCENARIOS, Incident, Scenario, get_scenario, healthy
+from trials.accuracy import ScenarioHarness, ScenarioResult, run_in_harness
 
 REQUIRED = ("healthy", "long_prompt_storm", "qps_surge", "kv_pressure", "prefix_cache_collapse", "fragmentation",
             "cold_start", "engine_hang", "engine_crash", "gpu_xid", "cold_prefill_slow", "hot_decode_jitter")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from doctor import efficacy as eff
 from doctor.config import DoctorConfig
 from sim.scenarios import get_scenario
+from trials import efficacy as eff
 
 DURATION_S = 1200.0  # as bench/remediation_efficacy.py runs it: long enough for a second defragment
 

@@ -6,10 +6,10 @@ import math
 import re
 from dataclasses import replace
 
-from doctor import efficacy as eff
 from router.policy import initial_policy, with_upstream_state
 from sim.scenarios import get_scenario
 from sim.workload import RequestSpec
+from trials import efficacy as eff
 
 
 def _finite(v: object) -> bool:
@@ -102,7 +102,7 @@ def test_capacity_probe_measures_what_the_doctor_left_behind() -> None:
 
 
 def test_a_replica_the_doctor_removed_is_no_longer_read_nor_reported_down() -> None:
-    from doctor.accuracy import Observer
+    from trials.efficacy.reading import Observer
 
     sc = get_scenario("qps_surge")
     h = eff.EfficacyHarness(seed=0)

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from router_helpers import change, engine, prompt, router
 
-from doctor import efficacy as eff
 from playbooks.model import Action
 from router.policy import Policy, initial_policy
 from sim.workload import RequestSpec
+from trials import efficacy as eff
 
 LIMIT, LONG = 100, 500  # a long prompt is over the limit and still under the route threshold (hot)
 # (limit's client, limit's model), (request's client, request's model), refused with 413

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from doctor.accuracy import ScenarioHarness
 from sim.harness import ClientRecord
 from sim.workload import RequestSpec
+from trials.scenario import ScenarioHarness
 
 LONG_CLASS_TOKENS = 5120  # request classes: short < 5120 prompt tokens <= long
 TTFT_SLO_S = 2.0  # goodput and recovery SLOs (vllm bench serve semantics: both must hold), short requests

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from doctor.efficacy.harness import Outcome
 from playbooks.model import Finding
 from sim.scenarios import Scenario
+from trials.efficacy.harness import Outcome
 
 
 @dataclass

@@ -6,8 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from doctor.efficacy.harness import Outcome, ttft_slo_s
-from doctor.efficacy.result import RunResult
+from trials.efficacy.harness import Outcome, ttft_slo_s
+from trials.efficacy.result import RunResult
 
 WINDOW_S = 30.0  # recovery windows (the doctor's cadence)
 PEAK_WINDOW_S = 10.0  # peak QPS: the most completions (within SLO, for goodput) in a 10 s window

@@ -13,16 +13,16 @@ from typing import Any
 
 from collectors.types import Signals
 from doctor.config import DoctorConfig
-from doctor.efficacy.attempt import Attempt
-from doctor.efficacy.engine_ops import EngineHook, EngineOps
-from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.router_ops import apply_router_action
-from doctor.efficacy.vrouter import VirtualRouter
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, Refused, VerifySpec
 from doctor.remedy.planner import ROUTER_KINDS, verify_spec
 from playbooks import registry
 from playbooks.model import Action, Finding
+from trials.efficacy.attempt import Attempt
+from trials.efficacy.engine_ops import EngineHook, EngineOps
+from trials.efficacy.harness import EfficacyHarness
+from trials.efficacy.router_ops import apply_router_action
+from trials.efficacy.vrouter import VirtualRouter
 
 VERIFY_QUEUE = ("length_limit", "scale_out", "set_max_in_flight", "stop_routing")
 

@@ -9,23 +9,18 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from doctor.accuracy import (
-    WARMUP_S,
-    MemoryHistory,
-    Observer,
-    ScenarioSettings,
-    history_at,
-)
 from doctor.config import DoctorConfig
-from doctor.efficacy.actor import HarnessDoctor
-from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.measure import measure
-from doctor.efficacy.result import Evaluation, RunResult
-from doctor.efficacy.vrouter import VirtualRouter, engine_url
 from doctor.pipeline import build_views, run_playbooks
 from router.policy import initial_policy
 from sim.scenarios import Scenario
 from sim.workload import RequestSpec
+from trials.efficacy.actor import HarnessDoctor
+from trials.efficacy.harness import EfficacyHarness
+from trials.efficacy.measure import measure
+from trials.efficacy.reading import MemoryHistory, Observer, history_at
+from trials.efficacy.result import Evaluation, RunResult
+from trials.efficacy.vrouter import VirtualRouter, engine_url
+from trials.scenario import WARMUP_S, ScenarioSettings
 
 DRAIN_LIMIT_S = 900.0  # after the trace ends, requests still in flight get this long to finish
 # The capacity probe (peak QPS within SLO): after the incident and the drain, with the doctor no longer acting,

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from doctor.accuracy import WARMUP_S
-from doctor.efficacy.attempt import Attempt
-from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.vrouter import VirtualRouter, engine_url, without
 from doctor.remedy.model import Refused
 from playbooks.model import Action
 from router.policy import UpstreamSpec, with_upstream_state
 from sim.engine import EngineStartError
 from sim.workload import RequestSpec
+from trials.efficacy.attempt import Attempt
+from trials.efficacy.harness import EfficacyHarness
+from trials.efficacy.vrouter import VirtualRouter, engine_url, without
+from trials.scenario import WARMUP_S
 
 DRAIN_TIMEOUT_S = 300.0  # a drain waits this long for in-flight requests, else the change is abandoned
 SETTLE_S = 5.0  # after the last warm-up group is sent, before the router resumes the engine

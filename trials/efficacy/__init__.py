@@ -5,7 +5,8 @@ virtual-time router that runs the real router's sans-IO decisions (router.decide
 limit with its client/model scope -> 413; router.release: per-upstream max in flight with a queue per role
 released shortest-first with the fairness window and the batch timeout, fail-over to the other role where the
 prompt fits; router.upstreams; router.length_limit), only its clock, timers, health and dispatch simulated.
-Every `eval_every_s` the doctor reads the engines as `doctor diagnose` does (doctor.accuracy.Observer) and
+Every `eval_every_s` the doctor reads the engines (trials.efficacy.reading.Observer: the old in-process twin
+of doctor.reading, which the efficacy half of #13 replaces with doctor.cycle) and
 runs the playbooks. In `observe` mode it stops there; in `auto` mode `HarnessDoctor` applies the first remedy
 of each warning or critical finding through doctor's RouterActuator (its policy API calls answered in process
 by the virtual router) and harness engine actuators that act as the real ones do (relaunches blue/green on
@@ -23,9 +24,10 @@ harness (the client's view of a request) <- vrouter (the virtual router) <- rout
 harness <- result (what a run leaves) <- measure (the numbers) <- runner (one run, a pair of runs).
 """
 
-from doctor.efficacy.actor import VERIFY_QUEUE, HarnessDoctor
-from doctor.efficacy.engine_ops import DRAIN_TIMEOUT_S, SETTLE_S, EngineHook
-from doctor.efficacy.harness import (
+from doctor.remedy.planner import ROUTER_KINDS
+from trials.efficacy.actor import VERIFY_QUEUE, HarnessDoctor
+from trials.efficacy.engine_ops import DRAIN_TIMEOUT_S, SETTLE_S, EngineHook
+from trials.efficacy.harness import (
     LONG_CLASS_TOKENS,
     LONG_TTFT_SLO_S,
     TPOT_SLO_S,
@@ -34,10 +36,10 @@ from doctor.efficacy.harness import (
     Outcome,
     ttft_slo_s,
 )
-from doctor.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
-from doctor.efficacy.result import Evaluation, RunResult
-from doctor.efficacy.router_ops import apply_router_action, policy_api
-from doctor.efficacy.runner import (
+from trials.efficacy.measure import PEAK_WINDOW_S, WINDOW_S, measure, percentile
+from trials.efficacy.result import Evaluation, RunResult
+from trials.efficacy.router_ops import apply_router_action, policy_api
+from trials.efficacy.runner import (
     DRAIN_LIMIT_S,
     PROBE_FROM,
     PROBE_S,
@@ -48,8 +50,7 @@ from doctor.efficacy.runner import (
     run,
     run_pair,
 )
-from doctor.efficacy.vrouter import HEALTH_EVERY_S, VirtualRouter, engine_url, without
-from doctor.remedy.planner import ROUTER_KINDS
+from trials.efficacy.vrouter import HEALTH_EVERY_S, VirtualRouter, engine_url, without
 
 __all__ = [
     "DRAIN_LIMIT_S",

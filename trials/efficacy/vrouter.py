@@ -9,13 +9,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from doctor.efficacy.harness import EfficacyHarness, Outcome
 from router.decide import length_limit_refuses, route
 from router.length_limit import LengthLimitTracker
 from router.policy import ROLES, Policy, UpstreamSpec, check_limits, diff, parse_versioned
 from router.release import AdmissionCore, AdmissionIo, NoUpstream, QueueFull
 from router.upstreams import Upstream, UpstreamSet
 from sim.workload import RequestSpec
+from trials.efficacy.harness import EfficacyHarness, Outcome
 
 HEALTH_EVERY_S = 2.0  # the router's health loop
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 
 from doctor.config import DoctorConfig
-from doctor.efficacy.harness import EfficacyHarness
-from doctor.efficacy.vrouter import VirtualRouter, engine_url
 from doctor.remedy.model import ActuatorContext, ActuatorError, EngineTarget, Refused
 from doctor.remedy.router_actuator import RouterActuator
 from playbooks.model import Action
 from router.policy import PolicyError
+from trials.efficacy.harness import EfficacyHarness
+from trials.efficacy.vrouter import VirtualRouter, engine_url
 
 ROUTER_URL = "http://virtual-router"  # never dialled: the transport below answers in process
 
