@@ -70,10 +70,11 @@ class ScenarioHarness(Harness):
         self._warmups = 0
         self._at(self.now + watch_every_s, self._watch)
 
-    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> HarnessEngine:
+    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
+                   starting: bool = False) -> HarnessEngine:
         self.argv[name] = (list(argv), dict(env or {}))
         self.died_at.pop(name, None)
-        return super().add_engine(name, argv, env=env)
+        return super().add_engine(name, argv, env=env, starting=starting)
 
     def schedule(self, at: float, fn: Callable[[], None]) -> None:
         """Call `fn()` at virtual time `at`."""
@@ -109,9 +110,10 @@ class ScenarioHarness(Harness):
         self._at(self.now + self.watch_every_s, self._watch)
 
     def shut_down(self, name: str) -> bool:
-        """The engine died long enough ago that its API server is gone (reads are refused)."""
+        """Reads are refused: the engine died long enough ago that its API server is gone, or it is still in
+        its start-up (vLLM listens only once the engine is up)."""
         t = self.died_at.get(name)
-        return t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S
+        return (t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S) or not self.listening(name)
 
     def apply(self, incident: Incident) -> None:
         """Make a timeline entry happen now."""

@@ -186,7 +186,8 @@ def long_prompt_effect(sc: Scenario) -> StepEffect:
 
 
 def cold_start(sc: Scenario, batch: int) -> float:
-    """Extra seconds a fresh engine's first steps at `batch` pay over `--enforce-eager` (no warm-up modelled).
+    """Extra seconds a fresh `--enforce-eager` engine's first steps at `batch` pay over one with CUDA graphs
+    (which captured them at start-up, before it served; no warm-up modelled).
 
     One request first warms batch 1; then `batch` 8-token prompts arrive together (the first of them
     starts a batch-1 step, the rest form the first step at `batch`).
@@ -204,4 +205,4 @@ def cold_start(sc: Scenario, batch: int) -> float:
         h.run_until(h.start + 120.0)
         return sum(s[1] for s in step_log[n:])
 
-    return busy_time(False) - busy_time(True)
+    return busy_time(True) - busy_time(False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import sys
@@ -57,14 +58,15 @@ class LineWriter:
             self.file.close()
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Listen socket (port 0 = any free port)."""
+def bind_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """Listen socket (port 0 = any free port); `listen=False` only binds (vLLM during start-up: refused)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0) so asyncio sets TCP_NODELAY: otherwise every response waits for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.setblocking(False)
     return sock
 
@@ -86,9 +88,12 @@ class RunningEngine:
 
 async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger, sink: Callable[[list[str]], None],
                 on_ready: Callable[[RunningEngine], None] | None = None,
-                clock: Callable[[], float] = time.time) -> int:
-    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would."""
-    sock = bind_socket(options.host, options.port)
+                clock: Callable[[], float] = time.time, env: dict[str, str] | None = None) -> int:
+    """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would.
+
+    As `vllm serve`: the port is bound at once but refuses connections until the modelled start-up (sim.startup)
+    has passed, its lines written as each phase ends; then the server listens."""
+    sock = bind_socket(options.host, options.port, listen=False)
     port = sock.getsockname()[1]
     dcgm_sock = bind_socket(options.host, options.dcgm_port) if options.dcgm_port is not None else None
     owner = f"{options.host}:{port}"
@@ -97,13 +102,17 @@ async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger,
     runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
                             non_default_args=options.non_default_args, stats_interval_s=options.stats_interval_s)
     try:
-        runtime.start(clock())
+        timed = runtime.start(core.started_at)
     except EngineStartError:
         sock.close()
         return 1
+    for t, lines in timed:
+        await asyncio.sleep(max(0.0, t - clock()))
+        sink(lines)
+    sock.listen(2048)
     driver = RealtimeDriver(runtime, clock)
     server = SimServer(runtime, driver, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint,
-                       clock=clock)
+                       clock=clock, env=env)
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     sink = LineWriter(sys.stdout, options.log_file)
     ledger: GpuLedger = FileLedger(options.gpu_ledger or default_ledger_path())
     try:
-        return asyncio.run(serve(config, options, ledger=ledger, sink=sink))
+        return asyncio.run(serve(config, options, ledger=ledger, sink=sink, env=dict(os.environ)))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
@@ -170,6 +179,7 @@ class EngineThread:
     def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, ledger: GpuLedger | None = None,
                  echo: bool = False) -> None:
         config, options = parse_engine_args(argv, env=env or {})
+        self.env = dict(env or {})
         if "--host" not in argv:
             options.host = "127.0.0.1"
         if "--port" not in argv:
@@ -190,12 +200,21 @@ class EngineThread:
 
         try:
             self.exit_code = asyncio.run(serve(self.config, self.options, ledger=self.ledger, sink=self.sink,
-                                               on_ready=ready))
+                                               on_ready=ready, env=self.env))
         finally:
             self._ready.set()
 
-    def start(self, timeout: float = 30.0) -> EngineThread:
+    def launch(self) -> EngineThread:
+        """Start the process-like thread and return at once (its start-up runs; see `wait_ready`)."""
         self._thread.start()
+        return self
+
+    def start(self, timeout: float = 30.0) -> EngineThread:
+        """Launch and wait until the engine serves (its modelled start-up included)."""
+        self._thread.start()
+        return self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 30.0) -> EngineThread:
         if not self._ready.wait(timeout):
             raise TimeoutError("sim engine did not start in time")
         if self.handle is None:

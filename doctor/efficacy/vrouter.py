@@ -67,7 +67,7 @@ class VirtualRouter:
 
     def healthy(self, name: str) -> bool:
         e = self.h.engines.get(name)
-        return e is not None and not e.core.dead and name not in self.down
+        return e is not None and not e.core.dead and self.h.listening(name) and name not in self.down
 
     def _eligible(self, role: str) -> list[UpstreamSpec]:
         return [u for u in self.policy.upstreams.get(role, ()) if u.state == "active" and self.healthy(u.name)]
