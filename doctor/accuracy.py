@@ -57,7 +57,8 @@ class ScenarioHarness(Harness):
 
     `restart_engine` replaces an engine by a fresh one with the same arguments at the current virtual
     time, as an operator's restart without warm-up: the old core stops (its in-flight requests fail),
-    frees its GPUs, and the new engine starts with empty caches and no batch-size class seen yet.
+    frees its GPUs, and the new engine serves from now (its start-up taken as already paid) with empty
+    caches and no batch-size class seen yet.
     A watchdog every second notes when an engine died, so reads can turn into "connection refused"
     once vLLM's API server would have exited (DEATH_SHUTDOWN_DELAY_S after the engine core died).
     """
@@ -86,6 +87,9 @@ class ScenarioHarness(Harness):
             old.core.kill(self.now, "restarted")
         old.core.release_gpus()
         argv, env = self.argv[name]
+        # Back up at once: the incident's time is when the restarted engine serves again (its process started its
+        # modelled start-up before). Paying the start-up here hides the cold start from two-read windows (the first
+        # read after it has no rates): left to the doctor's windows work (issue 12).
         return self.add_engine(name, argv, env=env)
 
     def warm_up(self, name: str, *, at: float, batches: Sequence[int] = WARMUP_BATCHES,

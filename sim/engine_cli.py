@@ -209,12 +209,16 @@ class EngineThread:
         self._thread.start()
         return self
 
-    def start(self, timeout: float = 30.0) -> EngineThread:
-        """Launch and wait until the engine serves (its modelled start-up included)."""
+    def start(self, timeout: float | None = None) -> EngineThread:
+        """Launch and wait until the engine serves (its modelled start-up included; see `wait_ready`)."""
         self._thread.start()
         return self.wait_ready(timeout)
 
-    def wait_ready(self, timeout: float = 30.0) -> EngineThread:
+    def wait_ready(self, timeout: float | None = None) -> EngineThread:
+        """Until the engine serves or its start fails; `timeout` defaults to its modelled start-up + 30 s."""
+        if timeout is None:
+            probe = EngineCore(self.config, self.options.preset, self.options.profile, now=0.0)
+            timeout = probe.startup.total_s + 30.0
         if not self._ready.wait(timeout):
             raise TimeoutError("sim engine did not start in time")
         if self.handle is None:

@@ -35,7 +35,8 @@ def test_bad_arguments_are_usage_errors() -> None:
 
 def test_healthy_runs_briefly_and_prints_what_to_diagnose(tmp_path: Path) -> None:
     out = io.StringIO()
-    code = main(["healthy", "--seconds", "3", "--no-warmup", "--log-dir", str(tmp_path)], out=out)
+    code = main(["healthy", "--sim-startup-scale", "0", "--seconds", "3", "--no-warmup", "--log-dir", str(tmp_path)],
+                out=out)
     text = out.getvalue()
     assert code == 0, text
     assert "doctor diagnose --engine hot=http://127.0.0.1:" in text and "--engine cold=http://127.0.0.1:" in text
@@ -68,7 +69,7 @@ def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
     # dies; the real exporter is a separate daemon that stays. Keep the process up so the test can read it.
     sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),),
                              hot_env={**SCENARIOS["gpu_xid"].hot_env, "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"})
-    dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path)
+    dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path, startup_scale=0)
     said: list[str] = []
     try:
         dep.start_all()
