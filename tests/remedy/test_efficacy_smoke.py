@@ -151,14 +151,17 @@ def test_a_storm_that_ends_has_its_limit_lifted_as_the_real_doctor_would() -> No
 
 
 def test_a_relaunched_engine_serves_after_its_modelled_start_up_in_virtual_time() -> None:
-    """Blue/green: the new process starts when the doctor acts, serves once its start-up (sim.startup) has passed,
-    is warmed up (3 groups 2 s apart) and swapped in SETTLE_S later."""
+    """The new process serves once its start-up (sim.startup) has passed after it started, is warmed up (3 groups
+    2 s apart) and in effect SETTLE_S later. Here without spare GPUs: drain (up to DRAIN_TIMEOUT_S), stop, start."""
+    from doctor.efficacy.engine_ops import DRAIN_TIMEOUT_S
     from sim.harness import Harness
 
     run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto")
     [relaunch] = [a for a in run.actions if a["action"] == "relaunch"]
-    argv = relaunch["steps"][0].split(" with ", 1)[1].split()
+    [start] = [s for s in relaunch["steps"] if "; start " in s]  # "stop hot; start ARGS" (after "drain hot")
+    argv = start.split("; start ", 1)[1].split()
     plan = Harness().add_engine("x", [get_scenario("kv_pressure").argv_for("hot", 0)[0], *argv],
                                 starting=True).core.startup
     took = relaunch["effective_s"] - relaunch["t_s"]
-    assert plan.total_s + 6.0 + 5.0 <= took < plan.total_s + 6.0 + 5.0 + 15.0
+    assert relaunch["steps"][0] == "drain hot", relaunch["steps"]
+    assert plan.total_s + 6.0 + 5.0 <= took < plan.total_s + 6.0 + 5.0 + 15.0 + DRAIN_TIMEOUT_S
