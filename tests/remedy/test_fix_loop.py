@@ -74,7 +74,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
 
 def _config(w: World, mode: str, cooldown: str = "15m") -> None:
     w.config.write_text(
-        f'[doctor]\nstate_dir = "{w.state}"\nmode = "{mode}"\nsample_s = "0.3s"\ncooldown_s = "{cooldown}"\n\n'
+        f'[doctor]\nstate_dir = "{w.state}"\nmode = "{mode}"\nsample_s = "0.3s"\ncooldown_s = "{cooldown}"\n'
+        "min_requests = 1\n\n"  # a 0.3 s window holds a request or two: enough for what this tests
         f'[router]\nurl = "{w.router_url}"\n\n'
         f'[[engines]]\nname = "hot"\nurl = "{w.engine_url}"\nmax_model_len = 16384\n'
         '[engines.slo]\np99_ttft_s = 0.0001\n')
