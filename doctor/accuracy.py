@@ -57,10 +57,9 @@ WARMUP_S = 60.0  # engines start and warm up this long before the scenario's t=0
 class ScenarioHarness(Harness):
     """`sim.harness.Harness` plus scheduled callbacks, engine restarts and death times.
 
-    `restart_engine` replaces an engine by a fresh one with the same arguments at the current virtual
-    time, as an operator's restart without warm-up: the old core stops (its in-flight requests fail),
-    frees its GPUs, and the new engine serves from now (its start-up taken as already paid) with empty
-    caches and no batch-size class seen yet.
+    `restart_engine` replaces an engine by a fresh one with the same arguments at the current virtual time, as an
+    operator's restart without warm-up: the old core stops (its in-flight requests fail), frees its GPUs, and the new
+    engine serves at once (start-up taken as paid: issue 12's windows) with empty caches and no batch-size class seen.
     A watchdog every second notes when an engine died, so reads can turn into "connection refused"
     once vLLM's API server would have exited (DEATH_SHUTDOWN_DELAY_S after the engine core died).
     """
@@ -73,11 +72,10 @@ class ScenarioHarness(Harness):
         self._warmups = 0
         self._at(self.now + watch_every_s, self._watch)
 
-    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
-                   starting: bool = False) -> HarnessEngine:
+    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None, **kw: bool) -> HarnessEngine:
         self.argv[name] = (list(argv), dict(env or {}))
         self.died_at.pop(name, None)
-        return super().add_engine(name, argv, env=env, starting=starting)
+        return super().add_engine(name, argv, env=env, **kw)  # starting=True: a relaunch in its start-up
 
     def schedule(self, at: float, fn: Callable[[], None]) -> None:
         """Call `fn()` at virtual time `at`."""
@@ -89,9 +87,6 @@ class ScenarioHarness(Harness):
             old.core.kill(self.now, "restarted")
         old.core.release_gpus()
         argv, env = self.argv[name]
-        # Back up at once: the incident's time is when the restarted engine serves again (its process started its
-        # modelled start-up before). Paying the start-up here hides the cold start from two-read windows (the first
-        # read after it has no rates): left to the doctor's windows work (issue 12).
         return self.add_engine(name, argv, env=env)
 
     def warm_up(self, name: str, *, at: float, batches: Sequence[int] = WARMUP_BATCHES,
@@ -116,8 +111,7 @@ class ScenarioHarness(Harness):
         self._at(self.now + self.watch_every_s, self._watch)
 
     def shut_down(self, name: str) -> bool:
-        """Reads are refused: the engine died long enough ago that its API server is gone, or it is still in
-        its start-up (vLLM listens only once the engine is up)."""
+        """Reads are refused: the engine died long enough ago (its API server is gone), or it is still starting."""
         t = self.died_at.get(name)
         return (t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S) or not self.listening(name)
 
