@@ -188,7 +188,7 @@ def _start_up(conn: Connection, core: EngineCore, timed: list[tuple[float, list[
 
 def run(conn: Connection) -> int:
     """Receive the init message, start the engine (its start-up lines), serve the API server until the end."""
-    from sim.engine_cli import LineWriter
+    from sim.linewriter import LineWriter
 
     init: CoreInit = conn.recv()
     title = process_title(init.options.profile.name)

@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 import uvicorn
 
@@ -23,6 +22,7 @@ from sim.core_client import InprocClient
 from sim.core_mp import MPClient
 from sim.engine import EngineConfig, EngineCore, EngineStartError
 from sim.gpu import FileLedger, GpuLedger, MemoryLedger, default_ledger_path
+from sim.linewriter import LineWriter
 from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
 from sim.server import SimServer
@@ -37,30 +37,6 @@ class _Server(uvicorn.Server):
 
     def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
         return contextlib.nullcontext()
-
-
-class LineWriter:
-    """Log sink: each line to a stream (stdout, like vLLM) and optionally appended to a file."""
-
-    def __init__(self, stream: TextIO | None, path: Path | None = None) -> None:
-        self.stream = stream
-        self.file = open(path, "a", buffering=1, encoding="utf-8") if path else None  # noqa: SIM115
-        self.lines: list[str] = []
-        self.keep = False
-
-    def __call__(self, lines: list[str]) -> None:
-        text = "".join(line + "\n" for line in lines)
-        if self.stream is not None:
-            self.stream.write(text)
-            self.stream.flush()
-        if self.file is not None:
-            self.file.write(text)
-        if self.keep:
-            self.lines.extend(lines)
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
 
 
 def bind_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
