@@ -56,9 +56,9 @@ WARMUP_S = 60.0  # engines start and warm up this long before the scenario's t=0
 class ScenarioHarness(Harness):
     """`sim.harness.Harness` plus scheduled callbacks, engine restarts and death times.
 
-    `restart_engine` replaces an engine by a fresh one with the same arguments at the current virtual
-    time, as an operator's restart without warm-up: the old core stops (its in-flight requests fail),
-    frees its GPUs, and the new engine starts with empty caches and no batch-size class seen yet.
+    `restart_engine` replaces an engine by a fresh one with the same arguments at the current virtual time, as an
+    operator's restart without warm-up: the old core stops (its in-flight requests fail), frees its GPUs, and the new
+    engine serves at once (start-up taken as paid: issue 12's windows) with empty caches and no batch-size class seen.
     A watchdog every second notes when an engine died, so reads can turn into "connection refused"
     once vLLM's API server would have exited (DEATH_SHUTDOWN_DELAY_S after the engine core died).
     """
@@ -71,10 +71,10 @@ class ScenarioHarness(Harness):
         self._warmups = 0
         self._at(self.now + watch_every_s, self._watch)
 
-    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> HarnessEngine:
+    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None, **kw: bool) -> HarnessEngine:
         self.argv[name] = (list(argv), dict(env or {}))
         self.died_at.pop(name, None)
-        return super().add_engine(name, argv, env=env)
+        return super().add_engine(name, argv, env=env, **kw)  # starting=True: a relaunch in its start-up
 
     def schedule(self, at: float, fn: Callable[[], None]) -> None:
         """Call `fn()` at virtual time `at`."""
@@ -110,9 +110,9 @@ class ScenarioHarness(Harness):
         self._at(self.now + self.watch_every_s, self._watch)
 
     def shut_down(self, name: str) -> bool:
-        """The engine died long enough ago that its API server is gone (reads are refused)."""
+        """Reads are refused: the engine died long enough ago (its API server is gone), or it is still starting."""
         t = self.died_at.get(name)
-        return t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S
+        return (t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S) or not self.listening(name)
 
     def apply(self, incident: Incident) -> None:
         """Make a timeline entry happen now."""
