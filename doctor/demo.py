@@ -28,10 +28,12 @@ from sim.loadgen import RequestResult, run_load
 from sim.workload import WorkloadSpec, generate
 
 TOKEN = "demo-policy-token"
+# CUDA graphs (vLLM's default): captured at start-up, so the engines pay no first-request stalls; each start (and
+# a relaunch) pays the modelled start-up before it listens (sim.startup), x --time-scale.
 HOT = ["seed-model", "--max-num-seqs", "16", "--max-num-batched-tokens", "5120", "--gpu-memory-utilization", "0.85",
-       "--enforce-eager", "--max-model-len", "32768"]
+       "--max-model-len", "32768"]
 COLD = ["seed-model", "--enable-chunked-prefill", "--max-model-len", "32768", "--max-num-seqs", "2",
-        "--gpu-memory-utilization", "0.85", "--enforce-eager"]
+        "--gpu-memory-utilization", "0.85"]
 
 
 def _p99(values: list[float]) -> float | None:
@@ -101,8 +103,11 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
     say = print
     ledger = MemoryLedger()
     scale = ["--time-scale", str(time_scale)]
-    hot = EngineThread([*HOT, *scale], ledger=ledger).start()
-    cold = EngineThread([*COLD, *scale], env={"CUDA_VISIBLE_DEVICES": "1"}, ledger=ledger).start()
+    say("starting the engines (vLLM start-up: weights, profiling, torch.compile, CUDA graphs) ...")
+    hot = EngineThread([*HOT, *scale], ledger=ledger).launch()
+    cold = EngineThread([*COLD, *scale], env={"CUDA_VISIBLE_DEVICES": "1"}, ledger=ledger).launch()
+    hot.wait_ready()
+    cold.wait_ready()
     router = RouterThread(RouterConfig(hot=[hot.url], cold=[cold.url], policy_file="", port=0), token=TOKEN).start()
     work = Path(tempfile.mkdtemp(prefix="doctor-demo-"))
     config = work / "doctor.toml"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sim.compilation import parse_compilation_config
 from sim.engine import EngineConfig
 from sim.faults import FaultPlan, FaultSpecError, build_plan
 from sim.presets import DEFAULT_PRESET, PRESETS, Preset, get_preset
@@ -66,6 +67,9 @@ _MODELLED: dict[str, dict[str, Any]] = {
     "enable_sleep_mode": {"action": "store_true"},
     "disable_log_stats": {"action": "store_true"},
     "enforce_eager": {"bool": True, "default": False},
+    # -O / --compilation-config (0.6-0.11), --compilation-config / -cc (0.12+): sim.compilation reads it.
+    "compilation_config": {"default": None, "help": "an optimization level (-O0..-O3 up to 0.11) or a JSON dict "
+                           "(level/mode, cudagraph_mode, cudagraph_capture_sizes)"},
     "block_size": {"type": int, "default": 16, "choices": [8, 16, 32, 64, 128]},
     "num_gpu_blocks_override": {"type": int},
     "long_prefill_token_threshold": {"type": int, "default": 0},
@@ -113,6 +117,9 @@ def build_parser(prog: str = "doctor sim engine", version: str = DEFAULT_PROFILE
                      help=f"hardware + model preset: {', '.join(PRESETS)} (default {DEFAULT_PRESET})")
     sim.add_argument("--time-scale", type=float, default=1.0,
                      help="multiplies every modelled duration (0.5 = twice as fast as the modelled GPU)")
+    sim.add_argument("--sim-startup-scale", type=float, default=1.0,
+                     help="multiplies the modelled start-up (weights, profiling, compile, CUDA graphs) on top of "
+                     "--time-scale; 0 serves at once (tests)")
     sim.add_argument("--log-file", type=Path, help="also append log lines to this file")
     sim.add_argument("--dcgm-port", type=int, help="serve dcgm-exporter style GPU metrics on this port")
     sim.add_argument("--gpu-ledger", type=Path,
@@ -193,6 +200,13 @@ def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tup
         raise EngineArgsError(f"{parser.prog}: error: {exc}") from None
     if ns.time_scale <= 0:
         raise EngineArgsError(f"{parser.prog}: error: --time-scale must be > 0")
+    if ns.sim_startup_scale < 0:
+        raise EngineArgsError(f"{parser.prog}: error: --sim-startup-scale must be >= 0")
+    try:
+        compilation = parse_compilation_config(ns.compilation_config)
+    except ValueError as exc:
+        spelling = "/".join(next(a.option_strings for a in parser._actions if a.dest == "compilation_config"))
+        raise EngineArgsError(f"{parser.prog}: error: argument {spelling}: {exc}") from None
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size"):
         value = getattr(ns, name)
         if value is not None and value < 1:
@@ -229,7 +243,8 @@ def parse_engine_args(argv: list[str], env: dict[str, str] | None = None) -> tup
         enable_sleep_mode=ns.enable_sleep_mode, disable_log_stats=ns.disable_log_stats,
         block_size=ns.block_size, num_gpu_blocks_override=ns.num_gpu_blocks_override,
         long_prefill_token_threshold=ns.long_prefill_token_threshold, enforce_eager=ns.enforce_eager,
-        gpus=gpus[:tp], seed=ns.seed, time_scale=ns.time_scale,
+        gpus=gpus[:tp], seed=ns.seed, time_scale=ns.time_scale, startup_scale=ns.sim_startup_scale,
+        **compilation,
     )
     options = SimOptions(
         host=ns.host, port=ns.port, profile=profile, preset=preset, faults=faults, log_file=ns.log_file,

@@ -8,7 +8,8 @@ seed. The figures (seed article, "8xA100 80G" stress test; see ../shared/referen
 - memory-bandwidth utilization at 8 and 16: 68% and 92%;
 - one 4K-token prompt joining a batch lengthens the mean step ("batch") time by 40%;
 - throughput as the long-prompt share grows: a knee above 20%;
-- cold start (first step at a batch size after start): 1.2 s at 4, 3.8 s at 16.
+- cold start (first step at a batch size after start): 1.2 s at 4, 3.8 s at 16; in the sim an eager step pays
+  it (`--enforce-eager`, or a step above the CUDA-graph capture sizes), as vLLM captures graphs before serving.
 
 Methods: throughput = completion rate while the queue never empties, over a steady window after a
 warm-up; P99 at a fixed fraction of each configuration's own saturation; bandwidth = the engine's
@@ -179,8 +180,8 @@ def calibrate(sc: Scenario) -> Report:
         if b in sc.batches:
             extra = cold_start(sc, b)
             rep.figures.append(Figure(f"cold_start_{b}", f"cold start at batch {b}", SEED_COLD_START_S[b],
-                                      extra, unit="s", note="one-off kernel warm-up added to the first step at "
-                                      "each new batch-size class after a start"))
+                                      extra, unit="s", note="--enforce-eager: one-off kernel warm-up added to the "
+                                      "first eager step at each new batch-size class after a start"))
     return rep
 
 

@@ -8,7 +8,7 @@ server (`sim.server`) only sees `EngineClient`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from sim.engine import EngineConfig, EngineCore
 from sim.faults import TimedFault
@@ -18,6 +18,7 @@ from sim.profiles import VersionProfile
 from sim.realtime import RealtimeDriver
 from sim.request import SimRequest
 from sim.runtime import EngineRuntime
+from sim.server_info import server_config
 from sim.stats import MetricsState
 
 
@@ -72,6 +73,10 @@ class EngineClient(Protocol):
     async def set_hung(self, hung: bool) -> None: ...
 
     async def apply_fault(self, fault: TimedFault, now: float) -> None: ...
+
+    def server_config(self) -> tuple[str, dict[str, Any]]:
+        """str(VllmConfig) and its JSON dump (sim.server_info), as /server_info serves them."""
+        ...
 
 
 class InprocClient:
@@ -152,3 +157,6 @@ class InprocClient:
     async def apply_fault(self, fault: TimedFault, now: float) -> None:
         self.runtime.apply_fault(fault, now)
         self.driver.notify()
+
+    def server_config(self) -> tuple[str, dict[str, Any]]:
+        return server_config(self.runtime)

@@ -69,13 +69,18 @@ class MPClient:
         self._rng = random.Random(config.seed)
         self._dead = False
         self._sleeping = False
+        self._server_config: tuple[str, dict[str, Any]] = ("", {})
 
     # ----- life cycle ---------------------------------------------------------------------------
 
-    def start(self, timeout_s: float = 120.0) -> None:
-        """Spawn the EngineCore and wait for its start-up; EngineStartError when it failed (it logged why)."""
+    def start(self, timeout_s: float = 120.0) -> list[tuple[float, list[str]]]:
+        """Spawn the EngineCore and wait for its start-up (the modelled phases, which the child runs and logs, plus
+        `timeout_s`); EngineStartError when it failed (it logged why). Returns the API server's own start-up lines
+        after the engine is up, as (time, lines), for the caller to write before it listens."""
         from sim.core_proc import CoreInit
+        from sim.engine import EngineCore
 
+        probe = EngineCore(self.config, self.preset, self.profile, now=0.0)
         mine, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)  # where `sim` is imported from, installed or not
         path = os.environ.get("PYTHONPATH", "")
@@ -84,8 +89,9 @@ class MPClient:
                                      pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
         theirs.close()
         self.conn = Connection(mine.detach())
-        self.conn.send(CoreInit(self.config, self.options, os.getpid(), self.port, self.ledger_path))
-        if not self.conn.poll(timeout_s):
+        self.conn.send(CoreInit(self.config, self.options, os.getpid(), self.port, self.ledger_path,
+                                started_at=self.started_at))
+        if not self.conn.poll(probe.startup.total_s + timeout_s):
             self._reap()
             raise EngineStartError("EngineCore did not start in time", [])
         try:
@@ -95,8 +101,11 @@ class MPClient:
         if msg[0] != "ready":
             self._reap()
             raise EngineStartError(str(msg[1]), [])
-        self.num_gpu_blocks = int(msg[1]["num_gpu_blocks"])
+        info = msg[1]
+        self.num_gpu_blocks = int(info["num_gpu_blocks"])
+        self._server_config = info["server_config"]
         self.fmt = LogFormatter(self.profile, api_pid=os.getpid(), core_pid=self.proc.pid)
+        return list(info["timed"])
 
     @property
     def pid(self) -> int | None:
@@ -273,6 +282,9 @@ class MPClient:
     async def apply_fault(self, fault: TimedFault, now: float) -> None:
         with contextlib.suppress(EngineDeadError):
             await self._call("fault", fault)
+
+    def server_config(self) -> tuple[str, dict[str, Any]]:
+        return self._server_config
 
 
 class EngineDeadError(RuntimeError):

@@ -18,6 +18,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -29,6 +30,7 @@ from sim.gpu import FileLedger
 from sim.realtime import RealtimeDriver
 from sim.request import SimRequest
 from sim.runtime import EngineRuntime
+from sim.server_info import server_config
 
 EXIT_FATAL = 1  # run_engine_core re-raises after "EngineCore encountered a fatal error."
 
@@ -42,6 +44,7 @@ class CoreInit:
     api_pid: int
     port: int
     ledger_path: Path
+    started_at: float | None = None  # the API server's process start (the start-up's first lines)
 
 
 def process_title(profile_name: str) -> str | None:
@@ -164,6 +167,25 @@ class CoreProcess:
         return code
 
 
+def _start_up(conn: Connection, core: EngineCore, timed: list[tuple[float, list[str]]],
+              sink: Callable[[list[str]], None]) -> list[tuple[float, list[str]]] | None:
+    """Live through the modelled start-up up to the engine being ready (core.ready_at less the API server's
+    `serve` phase), writing each phase's lines as it ends; return the lines after it (the API server's, which
+    it writes before it listens), or None when the API server went away meanwhile."""
+    engine_ready = core.ready_at - core.startup.serve_s
+    mine = [(t, lines) for t, lines in timed if t <= engine_ready]
+    for t, lines in mine:
+        if conn.poll(max(0.0, t - time.time())):
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return None
+            if msg[0] == "shutdown":
+                return None
+        sink(lines)
+    return timed[len(mine):]
+
+
 def run(conn: Connection) -> int:
     """Receive the init message, start the engine (its start-up lines), serve the API server until the end."""
     from sim.linewriter import LineWriter
@@ -175,18 +197,24 @@ def run(conn: Connection) -> int:
     options = init.options
     sink = LineWriter(sys.stdout, options.log_file)
     ledger = FileLedger(init.ledger_path)
-    now = time.time()
+    now = init.started_at if init.started_at is not None else time.time()
     core = EngineCore(init.config, options.preset, options.profile, now=now, ledger=ledger,
                       owner=f"{options.host}:{init.port}", faults=options.faults)
     runtime = EngineRuntime(core, sink, host=options.host, port=init.port, dev_mode=options.dev_mode,
                             non_default_args=options.non_default_args, api_pid=init.api_pid, core_pid=os.getpid(),
                             stats_interval_s=options.stats_interval_s, core_process=True)
     try:
-        runtime.start(time.time())
+        timed = runtime.start(core.started_at)
     except EngineStartError as exc:
         conn.send(("start_failed", str(exc)))
         return EXIT_FATAL
-    conn.send(("ready", {"num_gpu_blocks": core.num_gpu_blocks, "started_at": core.started_at}))
+    rest = _start_up(conn, core, timed, sink)
+    if rest is None:  # the API server went away (or shut it down) during start-up
+        core.release_gpus()
+        sink.close()
+        return 0
+    conn.send(("ready", {"num_gpu_blocks": core.num_gpu_blocks, "started_at": core.started_at,
+                         "ready_at": core.ready_at, "timed": rest, "server_config": server_config(runtime)}))
     try:
         return asyncio.run(CoreProcess(conn, runtime).run())
     finally:

@@ -25,6 +25,7 @@ from sim.presets import Preset
 from sim.profiles import VersionProfile
 from sim.request import SimRequest, Status
 from sim.scheduler import Scheduler, SchedulerConfig
+from sim.startup import StartupPlan, graph_covers, plan_startup
 from sim.stats import MetricsState, new_metrics_state
 from sim.steptime import StepCost, StepTimeModel
 
@@ -37,7 +38,10 @@ class EngineCore:
     """Scheduler + KV cache + step-time model + metrics for one engine."""
 
     def __init__(self, config: EngineConfig, preset: Preset, profile: VersionProfile, *, now: float,
-                 ledger: GpuLedger | None = None, owner: str = "engine", faults: FaultPlan | None = None) -> None:
+                 ledger: GpuLedger | None = None, owner: str = "engine", faults: FaultPlan | None = None,
+                 ready: bool = False) -> None:
+        """The process starts at `now` and serves after its modelled start-up (`self.startup`); with `ready`
+        it started that long before `now` and serves from `now` (an engine already up)."""
         self.config = config
         self.preset = preset
         self.profile = profile
@@ -45,7 +49,6 @@ class EngineCore:
         self.faults = faults or FaultPlan()
         self.ledger: GpuLedger = ledger if ledger is not None else MemoryLedger()
         self.rng = random.Random(config.seed)
-        self.started_at = now
         hw = preset.hardware
         self.step_model = StepTimeModel(
             preset, tensor_parallel=config.tensor_parallel_size, time_scale=config.time_scale,
@@ -72,7 +75,17 @@ class EngineCore:
             ),
             self.kv,
         )
+        unscaled = max(config.time_scale, 1e-12)
+        self.startup: StartupPlan = plan_startup(
+            config, preset, profile, weight_bytes=self.step_model.weight_bytes_per_gpu * config.tensor_parallel_size,
+            kv_cache_bytes=self.kv_cache_bytes,
+            profile_step_s=self.step_model.cost(0, 0, [(config.max_num_batched_tokens, 0)]).duration_s / unscaled)
+        self.graph_sizes = self.startup.graph_sizes
+        self.started_at = now - self.startup.total_s if ready else now  # process start
+        self.ready_at = now if ready else now + self.startup.total_s  # listening, serving
+        now = self.ready_at
         self.metrics: MetricsState = new_metrics_state(profile, config.max_model_len, now)
+        self.metrics.process.start_time = self.started_at
         self.metrics.cache_config = cache_config_labels(config, profile.name, self.num_gpu_blocks)
         self.requests: dict[str, SimRequest] = {}
         self.dead = False
@@ -82,7 +95,7 @@ class EngineCore:
         self.xid_last = 0
         self.ecc_dbe = 0
         self.busy = BusyWindow()
-        self.seen_batch_classes: set[int] = set()
+        self.seen_batch_classes: set[int] = set()  # batch classes that ran eagerly since the start
         self.step_count = 0
         self.last_progress = now
         self._ledger_bytes = 0.0
@@ -193,14 +206,18 @@ class EngineCore:
             if req.prefix_hit_tokens < 0:
                 req.prefix_hit_tokens = req.num_computed
             self.metrics.record_prefix_lookup(req.num_tokens, req.num_computed, self.config.block_size)
+        eager = not graph_covers(self.graph_sizes, v1=self.profile.v1, num_tokens=batch.num_tokens,
+                                 num_requests=len(batch.items), decode_only=not chunks)
         cost = self.step_model.cost(decode_ctx, decodes, chunks, penalty=self.memory_growth_ratio(now),
-                                    extra_s=self._cold_start_delay(len(batch.items)))
+                                    extra_s=self._cold_start_delay(len(batch.items)) if eager else 0.0)
         self._update_gauges()
         return Step(batch, cost, now)
 
     def _cold_start_delay(self, batch_size: int) -> float:
-        """First steps at a new batch-size class after a (re)start pay kernel warm-up (seed: 1.2 s at 4)."""
-        if self.preset.cold_start_penalty_s <= 0 or self.config.enforce_eager:
+        """The seed's cold start, paid by a step no captured CUDA graph replays (`--enforce-eager`, -O0, a step
+        above the largest capture size, V0 prefill): the first such step at each batch-size class (next power of
+        two) after a start pays cold_start_penalty_s x (class/4)^0.83 (1.2 s at batch 4, 3.8 s at 16)."""
+        if self.preset.cold_start_penalty_s <= 0:
             return 0.0
         cls = 1 << max(0, (batch_size - 1).bit_length())
         if cls in self.seen_batch_classes:

@@ -28,6 +28,8 @@ from sim.realtime import RealtimeDriver
 from sim.runtime import EngineRuntime
 from sim.server import SimServer
 
+Timed = list[tuple[float, list[str]]]  # start-up lines as (when, lines), see EngineRuntime.start
+
 DEATH_SHUTDOWN_DELAY_S = 5.0  # vLLM's watchdog shuts the API server down a few seconds after engine death
 
 
@@ -38,14 +40,15 @@ class _Server(uvicorn.Server):
         return contextlib.nullcontext()
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """Listen socket (port 0 = any free port)."""
+def bind_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """Listen socket (port 0 = any free port); `listen=False` only binds (vLLM during start-up: refused)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0) so asyncio sets TCP_NODELAY: otherwise every response waits for a delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.setblocking(False)
     return sock
 
@@ -67,44 +70,53 @@ class RunningEngine:
 
 
 def _inproc(config: EngineConfig, options: SimOptions, port: int, ledger: GpuLedger,
-            sink: Callable[[list[str]], None], clock: Callable[[], float]) -> InprocClient:
-    """The engine core in this process (V0, VLLM_ENABLE_V1_MULTIPROCESSING=0, engine threads)."""
+            sink: Callable[[list[str]], None], clock: Callable[[], float]) -> tuple[EngineRuntime, Timed]:
+    """The engine core in this process (V0, VLLM_ENABLE_V1_MULTIPROCESSING=0, engine threads) and its timed
+    start-up lines; EngineStartError when it fails (its lines already written)."""
     core = EngineCore(config, options.preset, options.profile, now=clock(), ledger=ledger,
                       owner=f"{options.host}:{port}", faults=options.faults)
     runtime = EngineRuntime(core, sink, host=options.host, port=port, dev_mode=options.dev_mode,
                             non_default_args=options.non_default_args, stats_interval_s=options.stats_interval_s,
                             core_pid=os.getpid())
-    runtime.start(clock())
-    return InprocClient(runtime, RealtimeDriver(runtime, clock))
+    return runtime, runtime.start(core.started_at)
 
 
 async def serve(config: EngineConfig, options: SimOptions, *, ledger: GpuLedger, sink: Callable[[list[str]], None],
                 on_ready: Callable[[RunningEngine], None] | None = None,
                 clock: Callable[[], float] = time.time, dcgm_port: int | None = None,
-                core_ledger: Path | None = None) -> int:
+                core_ledger: Path | None = None, env: Mapping[str, str] | None = None) -> int:
     """Start the engine, serve until told to stop; 1 when start-up fails as vLLM's would.
 
-    With `core_ledger` (the node's ledger file) the engine core runs in an EngineCore child process that
-    claims its GPUs there; else in this process on `ledger`. `dcgm_port` only names the node's exporter
-    for the handle: the exporter is not the engine's.
+    As `vllm serve`: the port is bound at once but refuses connections until the modelled start-up (sim.startup)
+    has passed, its lines written as each phase ends; then the server listens. With `core_ledger` (the node's
+    ledger file) the engine core runs in an EngineCore child process that claims its GPUs there, runs the
+    engine's phases and writes their lines; the API server writes the rest once the child is ready. Else the
+    core runs in this process on `ledger`. `dcgm_port` only names the node's exporter for the handle: the
+    exporter is not the engine's. `env` is the environment /server_info reports.
     """
-    sock = bind_socket(options.host, options.port)
+    sock = bind_socket(options.host, options.port, listen=False)
     port = sock.getsockname()[1]
     loop = asyncio.get_running_loop()
     engine: InprocClient | MPClient
     try:
         if core_ledger is not None:
             engine = MPClient(config, options, port=port, ledger_path=core_ledger, sink=sink, clock=clock)
-            await asyncio.to_thread(engine.start)
+            timed = await asyncio.to_thread(engine.start)
             engine.attach(loop)
         else:
-            engine = _inproc(config, options, port, ledger, sink, clock)
+            runtime, timed = _inproc(config, options, port, ledger, sink, clock)
     except EngineStartError:
         sock.close()
         return 1
+    for t, lines in timed:
+        await asyncio.sleep(max(0.0, t - clock()))
+        sink(lines)
+    if core_ledger is None:
+        engine = InprocClient(runtime, RealtimeDriver(runtime, clock))
     sink(ignored_flags_line(engine.fmt, clock(), options.ignored_flags))  # the API server's args check
+    sock.listen(2048)
     server = SimServer(engine, dev_mode=options.dev_mode, fault_endpoint=options.fault_endpoint, clock=clock,
-                       log_requests=options.log_requests, access_log_excluded=options.access_log_excluded)
+                       env=env, log_requests=options.log_requests, access_log_excluded=options.access_log_excluded)
     app_config = uvicorn.Config(server.app, log_config=None, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2)
     servers: list[uvicorn.Server] = [_Server(app_config)]
@@ -162,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         dcgm_port = ensure_exporter(options, ledger_path, config.gpus)
         core_ledger = ledger_path if core_process_wanted(options, os.environ) else None
         return asyncio.run(serve(config, options, ledger=ledger, sink=sink, dcgm_port=dcgm_port,
-                                 core_ledger=core_ledger))
+                                 core_ledger=core_ledger, env=dict(os.environ)))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
@@ -198,6 +210,7 @@ class EngineThread:
     def __init__(self, argv: list[str], *, env: dict[str, str] | None = None, ledger: GpuLedger | None = None,
                  echo: bool = False) -> None:
         config, options = parse_engine_args(argv, env=env or {})
+        self.env = dict(env or {})
         if "--host" not in argv:
             options.host = "127.0.0.1"
         if "--port" not in argv:
@@ -220,7 +233,7 @@ class EngineThread:
 
         try:
             self.exit_code = asyncio.run(serve(self.config, self.options, ledger=self.ledger, sink=self.sink,
-                                               on_ready=ready, dcgm_port=self.dcgm_port))
+                                               on_ready=ready, dcgm_port=self.dcgm_port, env=self.env))
         finally:
             self._ready.set()
 
@@ -238,9 +251,22 @@ class EngineThread:
         self.exporter.start()
         self.dcgm_port = self.exporter.port
 
-    def start(self, timeout: float = 30.0) -> EngineThread:
+    def launch(self) -> EngineThread:
+        """Start the node's exporter (unless one serves) and the process-like thread; return at once (its
+        start-up runs; see `wait_ready`)."""
         self._start_exporter()
         self._thread.start()
+        return self
+
+    def start(self, timeout: float | None = None) -> EngineThread:
+        """Launch and wait until the engine serves (its modelled start-up included; see `wait_ready`)."""
+        return self.launch().wait_ready(timeout)
+
+    def wait_ready(self, timeout: float | None = None) -> EngineThread:
+        """Until the engine serves or its start fails; `timeout` defaults to its modelled start-up + 30 s."""
+        if timeout is None:
+            probe = EngineCore(self.config, self.options.preset, self.options.profile, now=0.0)
+            timeout = probe.startup.total_s + 30.0
         if not self._ready.wait(timeout):
             raise TimeoutError("sim engine did not start in time")
         if self.handle is None:

@@ -39,6 +39,11 @@ class EngineConfig:
     gpus: tuple[int, ...] = (0,)
     seed: int = 0
     time_scale: float = 1.0
+    startup_scale: float = 1.0  # sim: multiplies the modelled start-up (0 = ready at once)
+    compilation_level: int = 3  # -O / --compilation-config level (mode); 0 = no torch.compile (V1)
+    cudagraph_mode: str | None = None  # --compilation-config cudagraph_mode; "NONE" = no CUDA graphs
+    cudagraph_capture_sizes: tuple[int, ...] | None = None  # --compilation-config cudagraph_capture_sizes
+    max_cudagraph_capture_size: int | None = None  # --compilation-config max_cudagraph_capture_size
 
 
 class EngineStartError(Exception):

@@ -219,7 +219,9 @@ def scrape_sim(profile: str, model: str, sim_args: Sequence[str] = (), *, dev_mo
     """Start a sim engine with `profile` in-process, return its /metrics text, stop it."""
     from sim.engine_cli import EngineThread
 
-    argv = [model, "--vllm-version", profile, *sim_args]
+    # Only its /metrics families are compared: it serves at once (no modelled start-up) unless sim_args say.
+    startup = [] if "--sim-startup-scale" in sim_args else ["--sim-startup-scale", "0"]
+    argv = [model, "--vllm-version", profile, *sim_args, *startup]
     env = {"VLLM_SERVER_DEV_MODE": "1"} if dev_mode else {}
     engine = EngineThread(argv, env=env).start(timeout=timeout_s)
     try:

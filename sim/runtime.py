@@ -49,9 +49,9 @@ class EngineRuntime:
         # made-up pids default to the next one).
         self.fmt = LogFormatter(core.profile, api_pid=pid, core_pid=core_pid if core_pid is not None else pid + 1)
         self.core_process = core_process  # the API server writes its own half of a death
-        self.started_at = core.started_at
+        self.started_at = core.ready_at  # serving from here: faults and stats count from it
         self.stats_interval_s = stats_interval_s or core.profile.stats_interval_s
-        self.next_stats = core.started_at + self.stats_interval_s
+        self.next_stats = core.ready_at + self.stats_interval_s
         self._last_prompt = 0
         self._last_gen = 0
         self._last_preemptions = 0
@@ -63,13 +63,13 @@ class EngineRuntime:
     def routes(self) -> list[tuple[str, str]]:
         routes = list(BASE_ROUTES)
         if self.dev_mode:
-            routes += DEV_ROUTES
+            routes += [r for r in DEV_ROUTES if r[0] != "/server_info" or self.core.profile.name != "0.6"]
         if self.core.profile.pause_endpoints:
             routes += PAUSE_ROUTES
         return routes
 
     def startup_info(self) -> StartupInfo:
-        core, c, p = self.core, self.core.config, self.core.preset
+        core, c, p, plan = self.core, self.core.config, self.core.preset, self.core.startup
         return StartupInfo(
             model=c.model, served_model_name=c.served_model_name if c.served_model_name != c.model else None,
             host=self.host, port=self.port, max_model_len=c.max_model_len, max_num_seqs=c.max_num_seqs,
@@ -80,13 +80,19 @@ class EngineRuntime:
             non_default_args=self.non_default_args, num_gpu_blocks=core.num_gpu_blocks,
             block_size=c.block_size, kv_cache_tokens=core.num_gpu_blocks * c.block_size,
             weights_gib=core.step_model.weight_bytes_per_gpu / GIB, kv_cache_gib=core.kv_cache_bytes / GIB,
-            load_seconds=p.startup_s * 0.15, init_seconds=p.startup_s, dev_mode=self.dev_mode,
+            api_seconds=plan.api_s, load_seconds=plan.weights_s, profile_seconds=plan.profile_s,
+            kv_seconds=plan.kv_s, serve_seconds=plan.serve_s, compile_seconds=plan.compile_s or None,
+            graph_seconds=plan.graphs_s if plan.graph_sizes else None, enforce_eager=c.enforce_eager,
+            graph_sizes=plan.graph_sizes, compilation_level=c.compilation_level,
+            dev_mode=self.dev_mode,
             routes=self.routes(), architecture=p.model.architecture,
             gpu_total_gib=p.hardware.hbm_bytes / GIB * 0.99,
         )
 
-    def start(self, now: float) -> None:
-        """Validate, take the GPUs and print the start-up lines; EngineStartError carries the failure lines."""
+    def start(self, now: float) -> list[tuple[float, list[str]]]:
+        """Validate and take the GPUs at process start (`now`); EngineStartError carries the failure lines, which
+        go to the sink at once. Returns the start-up lines as (time, lines) from the process start to the server
+        listening (core.ready_at), for the driver to write as each time comes."""
         try:
             self.core.validate()
             self.core.claim_gpus()
@@ -101,9 +107,7 @@ class EngineRuntime:
                 lines = self.fmt.startup_failure(now, text)
             self.sink(lines)
             raise EngineStartError(text, lines) from None
-        info = self.startup_info()
-        # The lines span the modelled start-up; they end now, when the server starts listening.
-        self.sink(self.fmt.startup(now - self.fmt.startup_duration(info), info))
+        return self.fmt.startup_timed(self.core.started_at, self.startup_info())
 
     # ----- periodic work ------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="workload and engine seed (default 0)")
     p.add_argument("--log-dir", type=Path, help="where the engines' log files go (default: a new temp dir)")
     p.add_argument("--no-warmup", action="store_true", help="skip the warm-up batches before the workload")
+    p.add_argument("--sim-startup-scale", type=float, default=1.0,
+                   help="the engines' start-up, as a share of the modelled one (default 1; 0 = serve at once)")
     return p
 
 
@@ -61,8 +63,10 @@ def list_scenarios(out: TextIO) -> None:
 class Deployment:
     """The two engines of a scenario, served from background threads on one simulated node."""
 
-    def __init__(self, scenario: Scenario, *, seed: int, port_base: int, log_dir: Path) -> None:
+    def __init__(self, scenario: Scenario, *, seed: int, port_base: int, log_dir: Path,
+                 startup_scale: float = 1.0) -> None:
         self.scenario = scenario
+        self.startup_scale = startup_scale
         self.seed = seed
         self.log_dir = log_dir
         self.ledger = MemoryLedger()
@@ -74,14 +78,20 @@ class Deployment:
     def _argv(self, name: str) -> list[str]:
         port, dcgm = self.ports[name]
         return [*self.scenario.argv_for(name, self.seed), "--host", "127.0.0.1", "--port", str(port),
-                "--dcgm-port", str(dcgm), "--sim-fault-endpoint", "--log-file", str(self.log(name))]
+                "--dcgm-port", str(dcgm), "--sim-fault-endpoint", "--log-file", str(self.log(name)),
+                "--sim-startup-scale", str(self.startup_scale)]
 
     def log(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
     def start(self, name: str) -> EngineThread:
-        engine = EngineThread(self._argv(name), env=dict(self.scenario.engine(name).env), ledger=self.ledger)
-        engine.start()
+        return self._ready(name, self._launch(name))
+
+    def _launch(self, name: str) -> EngineThread:
+        return EngineThread(self._argv(name), env=dict(self.scenario.engine(name).env), ledger=self.ledger).launch()
+
+    def _ready(self, name: str, engine: EngineThread) -> EngineThread:
+        engine.wait_ready()
         assert engine.handle is not None
         # A restart must come back on the same ports (the router and the doctor know the engine by URL).
         self.ports[name] = (engine.handle.port, engine.handle.dcgm_port or 0)
@@ -89,8 +99,10 @@ class Deployment:
         return engine
 
     def start_all(self) -> None:
-        for e in self.scenario.engines:
-            self.start(e.name)
+        """Launch every engine, then wait for each: their start-ups run side by side, as on separate GPUs."""
+        launched = {e.name: self._launch(e.name) for e in self.scenario.engines}
+        for name, engine in launched.items():
+            self._ready(name, engine)
 
     def url(self, name: str) -> str:
         return self.engines[name].url
@@ -208,7 +220,7 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
     def say(text: str) -> None:
         print(text, file=out, flush=True)
 
-    dep = Deployment(sc, seed=ns.seed, port_base=ns.port_base, log_dir=log_dir)
+    dep = Deployment(sc, seed=ns.seed, port_base=ns.port_base, log_dir=log_dir, startup_scale=ns.sim_startup_scale)
     try:
         try:
             dep.start_all()

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
@@ -33,6 +33,7 @@ from sim.openai_api import (
     usage,
 )
 from sim.request import SimRequest
+from sim.server_info import has_server_info, server_info_body
 
 # prometheus_fastapi_instrumentator does not count these handlers.
 _UNINSTRUMENTED = {"/metrics", "/health", "/load", "/ping", "/version", "/server_info"}
@@ -88,9 +89,10 @@ class SimServer:
     """Routes bound to one engine (in process or an EngineCore child, through its client)."""
 
     def __init__(self, engine: EngineClient, *, dev_mode: bool, fault_endpoint: bool = False,
-                 clock: Callable[[], float] = time.time, log_requests: bool = False,
-                 access_log_excluded: frozenset[str] | None = frozenset()) -> None:
+                 clock: Callable[[], float] = time.time, env: Mapping[str, str] | None = None,
+                 log_requests: bool = False, access_log_excluded: frozenset[str] | None = frozenset()) -> None:
         self.engine = engine
+        self.env = dict(env or {})  # the API server's environment /server_info reports (vllm_env, 0.15+)
         self.log_requests = log_requests  # vLLM's RequestLogger: the API server writes these lines
         self.access_log_excluded = access_log_excluded  # paths without access lines; None: every path
         self.dev_mode = dev_mode
@@ -129,7 +131,8 @@ class SimServer:
         ]
         if self.dev_mode:
             routes += [
-                Route("/server_info", self.server_info, methods=["GET"]),
+                *([Route("/server_info", self.server_info, methods=["GET"])]
+                  if has_server_info(self.engine.profile.name) else []),
                 Route("/reset_prefix_cache", self.reset_prefix_cache, methods=["POST"]),
                 Route("/sleep", self.sleep, methods=["POST"]),
                 Route("/wake_up", self.wake_up, methods=["POST"]),
@@ -334,25 +337,10 @@ class SimServer:
     # ----- dev-mode and admin -------------------------------------------------------------------
 
     async def server_info(self, request: Request) -> Response:
-        c = self.engine.config
-        cfg: dict[str, dict[str, Any]] = {
-            "model_config": {"model": c.model, "served_model_name": c.served_model_name,
-                             "max_model_len": c.max_model_len, "quantization": c.quantization, "seed": c.seed},
-            "cache_config": {"block_size": c.block_size, "gpu_memory_utilization": c.gpu_memory_utilization,
-                             "cache_dtype": c.kv_cache_dtype, "enable_prefix_caching": c.enable_prefix_caching,
-                             "num_gpu_blocks": self.engine.num_gpu_blocks},
-            "parallel_config": {"tensor_parallel_size": c.tensor_parallel_size},
-            "scheduler_config": {"max_num_seqs": c.max_num_seqs, "max_num_batched_tokens": c.max_num_batched_tokens,
-                                 "max_model_len": c.max_model_len, "policy": c.scheduling_policy,
-                                 "chunked_prefill_enabled": c.enable_chunked_prefill,
-                                 "long_prefill_token_threshold": c.long_prefill_token_threshold},
-        }
-        if self.engine.profile.name in ("0.6", "0.8", "0.10", "0.10-v0") or \
-                request.query_params.get("config_format") != "json":
-            text = ", ".join(f"{section}={type(section).__name__}({', '.join(f'{k}={v!r}' for k, v in d.items())})"
-                             for section, d in cfg.items())
-            return JSONResponse({"vllm_config": text})
-        return JSONResponse({"vllm_config": cfg})
+        engine = self.engine
+        text, cfg = engine.server_config()
+        return JSONResponse(server_info_body(engine.profile, engine.preset, text, cfg,
+                                             request.query_params.get("config_format"), self.env))
 
     async def reset_prefix_cache(self, request: Request) -> Response:
         await self.engine.reset_prefix_cache()

@@ -11,12 +11,23 @@ from sim import dcgm
 from sim.engine_cli import EngineThread
 from sim.gpu import GpuLedger
 
+FAST_START = ["--sim-startup-scale", "0"]
+"""Serve at once: no modelled start-up (weights, profiling, compile, CUDA graphs) before the port listens."""
+ALL_GRAPHED = ["--compilation-config", '{"max_cudagraph_capture_size": 1048576}']
+"""CUDA graphs captured up to max_num_batched_tokens: no step runs eagerly, so none pays the cold-start penalty."""
+
+
+def fast_start(argv: list[str]) -> list[str]:
+    """`argv` with FAST_START unless it sets --sim-startup-scale itself."""
+    return argv if "--sim-startup-scale" in argv else [*argv, *FAST_START]
+
 
 @contextmanager
 def engine_thread(argv: list[str], *, env: dict[str, str] | None = None,
                   ledger: GpuLedger | None = None) -> Iterator[EngineThread]:
-    """Start a sim engine (arguments as `vllm serve`) on 127.0.0.1 and a free port; stop it after."""
-    engine = EngineThread(argv, env=env, ledger=ledger).start()
+    """Start a sim engine (arguments as `vllm serve`) on 127.0.0.1 and a free port; stop it after. Its start-up
+    is skipped (FAST_START) unless `argv` sets --sim-startup-scale."""
+    engine = EngineThread(fast_start(argv), env=env, ledger=ledger).start()
     try:
         yield engine
     finally:

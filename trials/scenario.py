@@ -39,10 +39,11 @@ class ScenarioHarness(Harness):
         self._warmups = 0
         self._at(self.now + watch_every_s, self._watch)
 
-    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None) -> HarnessEngine:
+    def add_engine(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
+                   **kw: bool) -> HarnessEngine:
         self.argv[name] = (list(argv), dict(env or {}))
         self.died_at.pop(name, None)
-        return super().add_engine(name, argv, env=env)
+        return super().add_engine(name, argv, env=env, **kw)  # starting=True: a relaunch in its start-up
 
     def schedule(self, at: float, fn: Callable[[], None]) -> None:
         """Call `fn()` at virtual time `at`."""
@@ -78,9 +79,9 @@ class ScenarioHarness(Harness):
         self._at(self.now + self.watch_every_s, self._watch)
 
     def shut_down(self, name: str) -> bool:
-        """The engine died long enough ago that its API server is gone (reads are refused)."""
+        """Reads are refused: the engine died long enough ago (its API server is gone), or it is still starting."""
         t = self.died_at.get(name)
-        return t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S
+        return (t is not None and self.now - t >= DEATH_SHUTDOWN_DELAY_S) or not self.listening(name)
 
     def apply(self, incident: Incident) -> None:
         """Make a timeline entry happen now."""

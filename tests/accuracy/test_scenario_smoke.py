@@ -35,7 +35,8 @@ def test_bad_arguments_are_usage_errors() -> None:
 
 def test_healthy_runs_briefly_and_prints_what_to_diagnose(tmp_path: Path) -> None:
     out = io.StringIO()
-    code = main(["healthy", "--seconds", "3", "--no-warmup", "--log-dir", str(tmp_path)], out=out)
+    code = main(["healthy", "--sim-startup-scale", "0", "--seconds", "3", "--no-warmup", "--log-dir", str(tmp_path)],
+                out=out)
     text = out.getvalue()
     assert code == 0, text
     assert "doctor diagnose --engine hot=http://127.0.0.1:" in text and "--engine cold=http://127.0.0.1:" in text
@@ -66,7 +67,7 @@ def test_gpu_xid_fault_reaches_the_engine_over_http(tmp_path: Path) -> None:
     """The timeline's fault is injected through /sim/fault: the engine dies, dcgm-exporter shows Xid 79."""
     # The node's dcgm-exporter is not the engine's: it still answers after the API server shut itself down.
     sc = dataclasses.replace(SCENARIOS["gpu_xid"], timeline=(Incident(1.5, "hot", "fault", spec="xid:79"),))
-    dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path)
+    dep = Deployment(sc, seed=0, port_base=0, log_dir=tmp_path, startup_scale=0)
     said: list[str] = []
     try:
         dep.start_all()

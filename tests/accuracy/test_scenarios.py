@@ -125,7 +125,8 @@ def test_restart_engine_replaces_it_with_a_cold_one() -> None:
     h.apply(Incident(0.0, "hot", "restart"))
     new = h.engines["hot"]
     assert new is not old and old.core.dead and not new.core.dead
-    assert not new.core.seen_batch_classes and new.core.started_at == h.now
+    assert not new.core.seen_batch_classes and new.core.ready_at == h.now
+    assert new.core.metrics.process.start_time == h.now - new.core.startup.total_s
     assert "hot" not in h.died_at  # a restart is not a death
 
 

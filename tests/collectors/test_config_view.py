@@ -9,7 +9,7 @@ import httpx
 from collectors.combine import EngineReading, config_of
 from collectors.httpsource import read_engine
 from collectors.types import EngineConfigView
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 
 def _read(url: str, config: EngineConfigView | None = None) -> EngineReading:
@@ -22,7 +22,7 @@ def _read(url: str, config: EngineConfigView | None = None) -> EngineReading:
 
 
 def test_gpu_memory_utilization_comes_from_the_engine_when_the_config_does_not_say() -> None:
-    argv = ["m", "--enforce-eager", "--gpu-memory-utilization", "0.45", "--max-model-len", "8192"]
+    argv = ["m", *ALL_GRAPHED, "--gpu-memory-utilization", "0.45", "--max-model-len", "8192"]
     with engine_thread(argv) as e:
         view = config_of(_read(e.url))
         assert view.gpu_memory_utilization == 0.45  # vllm:cache_config_info's label

@@ -25,7 +25,7 @@ from collectors.gpu import (
     parse_dcgm,
 )
 from sim.harness import Harness
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GIB, MIB = 1024**3, 1024**2
@@ -300,7 +300,7 @@ def _complete_in_background(url: str, n: int) -> threading.Thread:
 
 
 def test_dcgm_source_against_the_sim() -> None:
-    with engine_thread(["m", "--dcgm-port", "0", "--enforce-eager", "--sim-fault-endpoint"]) as eng:
+    with engine_thread(["m", "--dcgm-port", "0", *ALL_GRAPHED, "--sim-fault-endpoint"]) as eng:
         assert eng.handle is not None and eng.handle.dcgm_port
         with httpx.Client() as client:
             src = DcgmSource(f"http://127.0.0.1:{eng.handle.dcgm_port}/metrics", client)

@@ -91,7 +91,7 @@ def sim_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, 
     port = free_port()
     ledger = Path(tmp_path_factory.mktemp("ledger")) / "gpus.json"
     proc = subprocess.Popen([sys.executable, "-m", "doctor.cli", "sim", "engine", "m", "--port", str(port),
-                             "--host", "127.0.0.1", "--gpu-ledger", str(ledger)],
+                             "--host", "127.0.0.1", "--gpu-ledger", str(ledger), "--sim-startup-scale", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30

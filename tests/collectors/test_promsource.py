@@ -31,7 +31,7 @@ from collectors.promsource import PrometheusError, PrometheusSource, promql, pro
 from collectors.scrape import has_engine_label, parse_metrics
 from collectors.types import EngineConfigView, MetricsSnapshot
 from sim.harness import Harness
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 from sim.workload import RequestSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +93,7 @@ def test_promql_spellings() -> None:
 def _exposed_names(profile: str) -> set[str]:
     """Sample names a sim engine of this profile exposes (histogram families with all three suffixes)."""
     h = Harness()
-    h.add_engine("e", ["m", "--enforce-eager", "--vllm-version", profile])
+    h.add_engine("e", ["m", *ALL_GRAPHED, "--vllm-version", profile])
     names: set[str] = set()
     for family in text_string_to_metric_families(h.metrics_text("e")):
         if family.type == "histogram":
@@ -205,7 +205,7 @@ def _same_snapshot(direct: MetricsSnapshot, prom: MetricsSnapshot, *, exact_proc
 @pytest.mark.parametrize("profile", ["0.6", "0.8", "0.33"])
 def test_snapshot_at_maps_like_a_direct_scrape(profile: str) -> None:
     h = Harness()
-    h.add_engine("e", ["m", "--enforce-eager", "--vllm-version", profile])
+    h.add_engine("e", ["m", *ALL_GRAPHED, "--vllm-version", profile])
     h.load([RequestSpec(index=i, arrival_s=0.01 * i, prompt_tokens=100 + 40 * i, output_tokens=10 + i, long=False)
             for i in range(12)])
     h.drain()
@@ -314,9 +314,9 @@ def test_hung_prometheus_times_out() -> None:
 
 # ----------------------------------------------------------------- real Prometheus scraping sim engines
 
-HOT_ARGV = ["m", "--enforce-eager", "--time-scale", "0.1", "--vllm-version", "0.33", "--max-num-seqs", "2",
+HOT_ARGV = ["m", *ALL_GRAPHED, "--time-scale", "0.1", "--vllm-version", "0.33", "--max-num-seqs", "2",
             "--max-model-len", "32768", "--sim-fault-endpoint"]
-COLD_ARGV = ["m", "--enforce-eager", "--time-scale", "0.1", "--vllm-version", "0.8"]
+COLD_ARGV = ["m", *ALL_GRAPHED, "--time-scale", "0.1", "--vllm-version", "0.8"]
 CONFIGS = {"hot": EngineConfigView(max_num_seqs=2, max_num_batched_tokens=8192),
            "cold": EngineConfigView(max_num_seqs=256, max_num_batched_tokens=8192)}
 PROFILES = {"hot": "0.33", "cold": "0.8"}

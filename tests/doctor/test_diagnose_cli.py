@@ -13,9 +13,9 @@ import httpx
 
 from doctor.diagnose import EXIT_OK, EXIT_UNUSABLE, EXIT_WARNING, main
 from doctor.state import StateDir
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 
 
 def _run(args: list[str]) -> tuple[int, str, str]:

@@ -23,10 +23,10 @@ from collectors.httpsource import read_engine
 from collectors.types import SIGNAL_NAMES
 from doctor.diagnose import EXIT_CRITICAL, EXIT_OK, EXIT_UNUSABLE, EXIT_WARNING, main
 from sim.loadgen import run_load
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 from sim.workload import RequestSpec
 
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "diagnose-report.schema.json").read_text())

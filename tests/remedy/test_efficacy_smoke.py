@@ -150,3 +150,20 @@ def test_a_storm_that_ends_has_its_limit_lifted_as_the_real_doctor_would() -> No
     lift_at = max(t for t, c in run.policy_changes if "length_limit_tokens" in c)
     later = [o for o in run.outcomes if o.sent - run.t0 > lift_at and o.cls == "long"]
     assert all(o.result != "rejected" for o in later)
+
+
+def test_a_relaunched_engine_serves_after_its_modelled_start_up_in_virtual_time() -> None:
+    """The new process serves once its start-up (sim.startup) has passed after it started, is warmed up (3 groups
+    2 s apart) and in effect SETTLE_S later. Here without spare GPUs: drain (up to DRAIN_TIMEOUT_S), stop, start."""
+    from sim.harness import Harness
+    from trials.efficacy.engine_ops import DRAIN_TIMEOUT_S
+
+    run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto")
+    [relaunch] = [a for a in run.actions if a["action"] == "relaunch"]
+    [start] = [s for s in relaunch["steps"] if "; start " in s]  # "stop hot; start ARGS" (after "drain hot")
+    argv = start.split("; start ", 1)[1].split()
+    plan = Harness().add_engine("x", [get_scenario("kv_pressure").argv_for("hot", 0)[0], *argv],
+                                starting=True).core.startup
+    took = relaunch["effective_s"] - relaunch["t_s"]
+    assert relaunch["steps"][0] == "drain hot", relaunch["steps"]
+    assert plan.total_s + 6.0 + 5.0 <= took < plan.total_s + 6.0 + 5.0 + 15.0 + DRAIN_TIMEOUT_S

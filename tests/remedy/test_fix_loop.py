@@ -29,10 +29,10 @@ from doctor.remedy.setup import remediator
 from doctor.state import StateDir
 from router.config import RouterConfig
 from router.server import router_thread
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 TOKEN = "fix-loop-secret-token"
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 
 
 @dataclass

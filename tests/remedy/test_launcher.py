@@ -27,7 +27,7 @@ from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.engine_cli import EngineThread
 from sim.gpu import GIB, FileLedger
-from sim.testing import engine_thread, node_exporter
+from sim.testing import ALL_GRAPHED, FAST_START, engine_thread, node_exporter
 
 TOKEN = "launcher-test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -36,7 +36,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def template(ledger: Path, extra: str = "") -> str:
     return (f"{sys.executable} -m doctor.cli sim engine m --host 127.0.0.1 --port {{port}} "
             "--max-num-seqs {max_num_seqs} --max-model-len 4096 --gpu-memory-utilization 0.5 --enforce-eager "
-            f"--time-scale 0.1 --served-model-name {{name}} --gpu-ledger {ledger} {extra}").strip()
+            "--time-scale 0.1 --sim-startup-scale 0.05 "
+            f"--served-model-name {{name}} --gpu-ledger {ledger} {extra}").strip()
 
 
 def run(coro: Any) -> Any:
@@ -79,7 +80,7 @@ def stack(tmp_path: Path, pool: list[int], *, extra: str = "", **kw: Any) -> Ite
     old = launcher.start(hot, port=port, gpus=[0], args={})
     try:
         run(launcher.wait_healthy(old))
-        with engine_thread(["m", "--enforce-eager", "--time-scale", "0.1", "--max-model-len", "4096"]) as cold:
+        with engine_thread(["m", *ALL_GRAPHED, "--time-scale", "0.1", "--max-model-len", "4096"]) as cold:
             cfg = RouterConfig(hot=[hot.url], cold=[cold.url], port=0, policy_file="", health_interval_s=0.2,
                                route_threshold_tokens=1000)
             with router_thread(cfg, token=TOKEN) as rt:
@@ -173,7 +174,8 @@ def test_a_launcher_command_that_fails_to_start_leaves_the_old_engine_serving(tm
 
 def test_an_engine_on_an_occupied_gpu_never_becomes_healthy(tmp_path: Path) -> None:
     with stack(tmp_path, pool=[0, 1, 2]) as s:
-        occupier = EngineThread(["m", "--enforce-eager", "--max-model-len", "4096", "--gpu-memory-utilization", "0.6"],
+        occupier = EngineThread(["m", *ALL_GRAPHED, *FAST_START, "--max-model-len", "4096",
+                                 "--gpu-memory-utilization", "0.6"],
                                 env={"CUDA_VISIBLE_DEVICES": "2"}, ledger=FileLedger(s.ledger)).start()
         try:
             before = s.policy()["upstreams"]

@@ -24,7 +24,7 @@ from doctor.remedy.setup import remediator
 from playbooks.model import Action, Finding
 from router.config import RouterConfig
 from router.server import router_thread
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 TOKEN = "lift-test-token"
 QUEUE = {"waiting": 5.0, "p95_queue_s": 1.0}
@@ -157,7 +157,7 @@ class World:
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
     monkeypatch.setenv("ROUTER_POLICY_TOKEN", TOKEN)
     clock = RouterClock()
-    with engine_thread(["m", "--enforce-eager", "--time-scale", "0.1", "--max-model-len", "16384"]) as hot:
+    with engine_thread(["m", *ALL_GRAPHED, "--time-scale", "0.1", "--max-model-len", "16384"]) as hot:
         cfg = RouterConfig(hot=[hot.url], cold=[], policy_file="", port=0, route_threshold_tokens=16384)
         with router_thread(cfg, token=TOKEN, clock=clock) as rt:
             config = tmp_path / "doctor.toml"

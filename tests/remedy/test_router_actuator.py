@@ -17,10 +17,10 @@ from playbooks.model import Action
 from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.engine_cli import EngineThread
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 TOKEN = "s3cret-router-token-xyz"
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from playbooks.model import Action
 from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.engine_cli import EngineThread
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
 TOKEN = "admin-test-token"
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 DEV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 

@@ -12,9 +12,9 @@ import httpx
 from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.engine_cli import EngineThread
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 TOKEN = "t0k-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 THRESHOLD = 1000

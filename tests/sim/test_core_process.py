@@ -21,9 +21,11 @@ import psutil
 import pytest
 
 from sim.gpu import FileLedger
+from sim.testing import ALL_GRAPHED, FAST_START
 
 DOCTOR = [sys.executable, "-m", "doctor.cli"]
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+# All graphed (no eager step pays the cold start) and no modelled start-up: the engine serves at once.
+FAST = [*ALL_GRAPHED, *FAST_START, "--time-scale", "0.1"]
 CORE_PREFIX = re.compile(r"\((EngineCore(?:_DP0)?) pid=(\d+)\)")
 
 
@@ -270,3 +272,39 @@ def test_core_death_access_lines_only_for_requests_in_flight(tmp_path: Path) -> 
     assert sorted(m["status"] for m in done) == ["200"] + ["500"] * (n - 1)
     assert len({m["port"] for m in done}) == n
     assert sum(x.endswith("Shutting down") for x in lines) == 1  # the API server's, not the core's too
+
+
+def test_start_up_runs_in_the_engine_core_before_the_api_server_listens(tmp_path: Path) -> None:
+    """With a modelled start-up the EngineCore child runs and logs the engine's phases under its own pid while the
+    API server's port refuses connections; the API server writes its lines after the core is ready, then listens."""
+    port = _free_port()
+    log, ledger = tmp_path / "engine.log", tmp_path / "gpus.json"
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([*DOCTOR, "sim", "engine", "m", *FAST, "--sim-startup-scale", "0.5", "--host",
+                             "127.0.0.1", "--port", str(port), "--gpu-ledger", str(ledger), "--log-file", str(log)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    eng = Engine(proc, url, log, ledger)
+    kids: list[psutil.Process] = []
+    try:
+        assert _eventually(lambda: log.exists() and "Initializing a V1 LLM engine" in log.read_text())
+        assert _health(url) is None  # bound but not listening during start-up: refused
+        kids = eng.children()
+        assert _eventually(lambda: _health(url) == 200)
+        lines = eng.lines()
+        (core,) = kids
+        assert {m.group(2) for line in lines if (m := CORE_PREFIX.search(line))} == {str(core.pid)}
+        at = {key: next(i for i, line in enumerate(lines) if key in line)
+              for key in ("Initializing a V1 LLM engine", "init engine (profile", "Starting vLLM",
+                          "Application startup complete.")}
+        assert list(at.values()) == sorted(at.values())
+        assert f"pid={proc.pid})" in lines[at["Application startup complete."]]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for kid in kids:
+            if kid.is_running():
+                kid.kill()

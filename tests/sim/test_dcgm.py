@@ -18,10 +18,11 @@ import pytest
 
 from collectors.gpu import DcgmSource
 from sim.gpu import GIB, Activity, FileLedger, MemoryLedger
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, FAST_START, engine_thread
 
 DOCTOR = [sys.executable, "-m", "doctor.cli"]
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+# All graphed (no eager step pays the cold start) and no modelled start-up: the engine serves at once.
+FAST = [*ALL_GRAPHED, *FAST_START, "--time-scale", "0.1"]
 
 
 def _free_port() -> int:

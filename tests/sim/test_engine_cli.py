@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sim.testing import FAST_START, fast_start
+
 DOCTOR = [sys.executable, "-m", "doctor.cli"]
 
 
@@ -45,8 +47,8 @@ def test_bad_flags_exit_2_without_traceback(args: list[str], needle: str) -> Non
 
 def _start(args: list[str], tmp_path: Path, name: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     log = open(tmp_path / f"{name}.out", "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([*DOCTOR, "sim", "engine", *args], stdout=log, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen([*DOCTOR, "sim", "engine", *fast_start(args)], stdout=log, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, **(env or {})})
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = 30) -> None:
@@ -71,7 +73,7 @@ def test_second_engine_on_same_gpu_fails_like_vllm(tmp_path: Path) -> None:
                env={"CUDA_VISIBLE_DEVICES": "0"})
     try:
         _wait_healthy(f"http://127.0.0.1:{port_a}", a)
-        b = subprocess.run([*DOCTOR, "sim", "engine", "m", "--port", str(_free_port()), *common],
+        b = subprocess.run([*DOCTOR, "sim", "engine", "m", "--port", str(_free_port()), *common, *FAST_START],
                            capture_output=True, text=True, timeout=60,
                            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0"})
         assert b.returncode == 1

@@ -11,6 +11,7 @@ from sim.engine import EngineStartError
 from sim.harness import Harness, length_router
 from sim.kvcache import KVCache
 from sim.request import SimRequest, SyntheticPrompt
+from sim.testing import ALL_GRAPHED
 from sim.workload import RequestSpec, WorkloadSpec, generate
 
 
@@ -57,7 +58,7 @@ def test_requests_complete_with_exact_token_counts() -> None:
 
 def test_max_num_seqs_caps_running_and_queue_builds() -> None:
     h = Harness()
-    engine = h.add_engine("e", ["m", "--max-num-seqs", "4", "--enforce-eager"])
+    engine = h.add_engine("e", ["m", "--max-num-seqs", "4", *ALL_GRAPHED])
     h.load([_spec(i, 200, 200) for i in range(12)])
     h.run_for(0.5)
     assert engine.core.metrics.running == 4
@@ -80,7 +81,7 @@ def test_chunked_prefill_splits_long_prompt_across_steps() -> None:
 def test_long_prompt_slows_concurrent_decodes() -> None:
     def mean_itl(with_long: bool) -> float:
         h = Harness()
-        h.add_engine("e", ["m", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048", "--enforce-eager"])
+        h.add_engine("e", ["m", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048", *ALL_GRAPHED])
         specs = [_spec(i, 300, 200) for i in range(8)]
         if with_long:
             specs.append(_spec(99, 4096, 5, at=1.0))
@@ -95,7 +96,7 @@ def test_long_prompt_slows_concurrent_decodes() -> None:
 def test_kv_pressure_preempts_newest_and_recomputes() -> None:
     h = Harness()
     engine = h.add_engine("e", ["m", "--max-num-seqs", "16", "--num-gpu-blocks-override", "2100",
-                                "--max-model-len", "8192", "--enforce-eager"])
+                                "--max-model-len", "8192", *ALL_GRAPHED])
     recs = h.load([_spec(i, 1500, 800, at=0.001 * i) for i in range(16)])
     h.run_for(5)
     assert engine.core.metrics.kv_usage > 0.7
@@ -207,7 +208,7 @@ def test_engine_death_fails_inflight_and_health() -> None:
 
 def test_hang_keeps_health_but_stops_progress() -> None:
     h = Harness()
-    engine = h.add_engine("e", ["m", "--fault", "hang@3", "--enforce-eager"])
+    engine = h.add_engine("e", ["m", "--fault", "hang@3", *ALL_GRAPHED])
     h.load([_spec(i, 300, 10_000, at=0.1 * i) for i in range(4)])
     h.run_for(4)
     before = engine.core.metrics.generation_tokens
@@ -228,7 +229,7 @@ def test_fatal_xid_kills_engine_and_shows_in_dcgm() -> None:
 
 def test_stats_log_line_every_interval_and_idle_suppressed() -> None:
     h = Harness()
-    h.add_engine("e", ["m", "--enforce-eager"])
+    h.add_engine("e", ["m", *ALL_GRAPHED])
     h.load([_spec(i, 300, 100, at=0.2 * i) for i in range(20)])
     h.run_for(120)
     stats = [line for line in h.log_lines("e") if "Avg prompt throughput" in line]
@@ -239,7 +240,7 @@ def test_stats_log_line_every_interval_and_idle_suppressed() -> None:
 
 def test_gpu_metrics_follow_load() -> None:
     h = Harness()
-    h.add_engine("e", ["m", "--max-num-seqs", "16", "--enforce-eager"])
+    h.add_engine("e", ["m", "--max-num-seqs", "16", *ALL_GRAPHED])
     h.load([_spec(i, 300, 400, at=0.01 * i) for i in range(16)])
     h.run_for(3)
     busy = _value(h.gpu_text("e"), "DCGM_FI_PROF_DRAM_ACTIVE")
@@ -251,7 +252,7 @@ def test_gpu_metrics_follow_load() -> None:
 
 def test_log_stats_interval_env_like_vllm() -> None:
     h = Harness()
-    h.add_engine("e", ["m", "--enforce-eager"], env={"VLLM_LOG_STATS_INTERVAL": "2"})
+    h.add_engine("e", ["m", *ALL_GRAPHED], env={"VLLM_LOG_STATS_INTERVAL": "2"})
     h.load([_spec(i, 300, 400, at=0.1 * i) for i in range(8)])
     h.run_for(9)
     stats = [line for line in h.log_lines("e") if "Avg prompt throughput" in line]

@@ -27,7 +27,7 @@ from sim.loadgen import (
     run_load,
     summarize,
 )
-from sim.testing import running_engine
+from sim.testing import ALL_GRAPHED, running_engine
 from sim.workload import RequestSpec, WorkloadSpec, generate
 
 MODEL = "test-model"
@@ -46,8 +46,8 @@ def _run(coro: Coroutine[Any, Any, LoadResult]) -> LoadResult:
 
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
-    # --enforce-eager: no modelled kernel warm-up stalls, so the tests stay short.
-    argv = [MODEL, "--max-num-seqs", "8", "--max-model-len", "2048", "--enforce-eager", "--port", "0"]
+    # ALL_GRAPHED: no step runs eagerly, so none pays the modelled kernel warm-up; the tests stay short.
+    argv = [MODEL, "--max-num-seqs", "8", "--max-model-len", "2048", *ALL_GRAPHED, "--port", "0"]
     with running_engine(argv) as url:
         yield url
 

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.profiles import PROFILES
-from sim.testing import engine_thread
+from sim.testing import ALL_GRAPHED, engine_thread
 
-FAST = ["--enforce-eager", "--time-scale", "0.1"]
+FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 # The prefix of every vLLM release's log lines, from vllm/logger.py's format strings.
 LINE_PREFIX = re.compile(
     r"^(?:(?:\x1b\[1;36m)?\((?P<proc>\w+) pid=\d+\)(?:\x1b\[0;0m)? )?"

@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from playbooks.long_prompt_share import PLAYBOOK as LONG_PROMPT_SHARE
+from sim.testing import ALL_GRAPHED, FAST_START
 from trials.live import LoadThread, Mix, Run, SpawnedEngine, cron_runs, diagnose_once, first_run_with, spawn_engine
 
 pytestmark = pytest.mark.timeout(900)  # five minutes of cron runs, in the module's fixture
 INTERVAL_S = 15.0
 DURATION_S = 300.0
-BASE = ["m", "--enforce-eager", "--time-scale", "0.1", "--max-model-len", "16384"]
+# CUDA graphs for every step (no first-batch penalty) and no modelled start-up: the engines are up when timed
+BASE = ["m", *ALL_GRAPHED, "--time-scale", "0.1", "--max-model-len", "16384", *FAST_START]
 HEALTHY_SEEDS = (0, 1, 2)
 
 

@@ -119,12 +119,15 @@ class EngineOps:
 
         def start() -> None:
             try:
-                self.h.add_engine(new, argv, env=env)
+                engine = self.h.add_engine(new, argv, env=env, starting=True)
             except EngineStartError as exc:  # the old engine never stopped serving: nothing to undo
                 self.owned.pop(new, None)
                 self._busy[name] -= 1
                 self._done(act, f"start failed ({str(exc).splitlines()[0]}); {name} kept serving")
                 return
+            self.h.schedule(engine.core.ready_at, ready)
+
+        def ready() -> None:  # /health answers: the launcher records the engine and warms it up
             self.on_engine(new, role, argv, env, True)
             t_last = self.h.warm_up(new, at=self.h.now)
             self.h.schedule(t_last + SETTLE_S, swap)
@@ -147,7 +150,7 @@ class EngineOps:
             self._busy[name] -= 2  # this change and its drain
             act.record.steps.append(f"stop {name}")
 
-        self.h.schedule(self.h.now + self.h.engines[name].core.preset.startup_s, start)
+        start()  # the new process pays its modelled start-up (core.startup) before it serves
         return Action("relaunch", new, {"argv": list(old_argv), "env": dict(old_env)})
 
     def _scale_tp(self, name: str, tp: Any, act: Attempt) -> Action:
@@ -204,22 +207,29 @@ class EngineOps:
 
         def start() -> None:
             try:
-                self.h.add_engine(name, argv, env=env)
-            except EngineStartError as exc:  # put the previous engine back
+                engine = self.h.add_engine(name, argv, env=env, starting=True)
+            except EngineStartError as exc:  # put the previous engine back (it pays its start-up too)
                 first = str(exc).splitlines()[0]
                 prev = inverse.params
                 self.owned[name] = tuple(prev["gpus"])
-                self.h.add_engine(name, list(prev["argv"]), env=dict(prev["env"]))
-                self.on_engine(name, old_role, prev["argv"], dict(prev["env"]), True)
-                self._resume(name, act, f"start failed ({first}); previous engine restarted")
+                back = self.h.add_engine(name, list(prev["argv"]), env=dict(prev["env"]), starting=True)
+
+                def restored() -> None:
+                    self.on_engine(name, old_role, prev["argv"], dict(prev["env"]), True)
+                    self._resume(name, act, f"start failed ({first}); previous engine restarted")
+
+                self.h.schedule(back.core.ready_at, restored)
                 return
+            self.h.schedule(engine.core.ready_at, ready)
+
+        def ready() -> None:  # /health answers: record the engine, warm it up, then resume
             self.on_engine(name, old_role, argv, env, True)
             t_last = self.h.warm_up(name, at=self.h.now)
             self.h.schedule(t_last + SETTLE_S, lambda: self._resume(name, act))
 
         found = self.router.upstream(name)
         old_role = found[0] if found else None
-        self.h.schedule(self.h.now + old.core.preset.startup_s, start)
+        start()  # the new process pays its modelled start-up (core.startup) before it serves
 
     def _add_replica(self, name: str, act: Attempt) -> Action:
         found = self.router.upstream(name)
@@ -242,12 +252,15 @@ class EngineOps:
 
         def start() -> None:
             try:
-                self.h.add_engine(new, list(argv), env=env)
+                engine = self.h.add_engine(new, list(argv), env=env, starting=True)
             except EngineStartError as exc:
                 self.owned.pop(new, None)
                 self._busy[name] -= 1
                 self._done(act, f"replica start failed ({str(exc).splitlines()[0]})")
                 return
+            self.h.schedule(engine.core.ready_at, ready)
+
+        def ready() -> None:
             self.on_engine(new, role, argv, env, True)
             t_last = self.h.warm_up(new, at=self.h.now)
             self.h.schedule(t_last + SETTLE_S, join)
@@ -259,7 +272,7 @@ class EngineOps:
             self._busy[name] -= 1
             self._done(act)
 
-        self.h.schedule(self.h.now + self.h.engines[name].core.preset.startup_s, start)
+        start()
         return Action("scale_out", name, {"remove_replica": new})
 
     def _remove(self, new: str, act: Attempt) -> None:

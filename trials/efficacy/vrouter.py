@@ -91,7 +91,7 @@ class VirtualRouter:
 
     def healthy(self, name: str) -> bool:
         e = self.h.engines.get(name)
-        return e is not None and not e.core.dead and name not in self.down
+        return e is not None and not e.core.dead and self.h.listening(name) and name not in self.down
 
     def _refresh(self) -> None:
         """Health and max_model_len as the router's probes would find them (read live from the sim)."""
