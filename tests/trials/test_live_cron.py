@@ -10,6 +10,7 @@ Before the cron runs, a one-shot run (no history) judges the same engines. Real 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -89,11 +90,17 @@ def test_the_runs_read_every_engine(deployment: Deployment) -> None:
 def test_a_long_document_storm_on_the_hot_engine_is_reported_within_its_for_plus_two_runs(
         deployment: Deployment) -> None:
     runs = deployment.runs
-    hit = first_run_with(runs, "storm", {"long_prompt_share", "p99_spike"})
+    wanted = {"long_prompt_share", "p99_spike"}
+    hit = first_run_with(runs, "storm", wanted)
     assert hit is not None, _summary(runs, "storm")
-    floor = LONG_PROMPT_SHARE.for_s + 2 * INTERVAL_S
-    assert hit.started - runs[0].started <= floor + 1.0, _summary(runs, "storm")
-    [finding] = [f for f in hit.findings("storm") if f["playbook"] in ("long_prompt_share", "p99_spike")][:1]
+    # Counted in runs, not seconds, so a slow machine (runs that overrun their 15 s) cannot fail it: runs further
+    # apart reach the `for` in fewer runs. The floor: the `for` in runs, plus two runs (the first judges only its
+    # own 5 s sample; the condition holds from the second on).
+    seen = next(i for i, r in enumerate(runs) if any(f["playbook"] in wanted for f in (*r.pending("storm"),
+                                                                                         *r.findings("storm"))))
+    assert seen <= 1, _summary(runs, "storm")
+    assert runs.index(hit) <= math.ceil(LONG_PROMPT_SHARE.for_s / INTERVAL_S) + 2, _summary(runs, "storm")
+    [finding] = [f for f in hit.findings("storm") if f["playbook"] in wanted][:1]
     assert finding["remedies"][0]["action"] in ("set_route_threshold", "length_limit"), finding
     assert finding["evidence"][0]["window_s"] > 5.0  # judged over the window, not one 5 s sample
 
