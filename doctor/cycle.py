@@ -53,14 +53,14 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     results = await read_all(plan, history, clock=clock, store=open_store(plan))
     now = clock()
     state_dir = StateDir(plan.state_dir)
-    remediator = _remediator(plan) if plan.fix else None
+    remediator = _remediator(plan, clock) if plan.fix else None
     in_progress: set[str] = set()
     reconciled: list[Any] = []  # earlier cycles' actions judged (or finished) by this one
     if remediator is not None:
         reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
         in_progress = remediator.guard.in_progress()
     elif plan.history:
-        in_progress = _in_progress(plan)
+        in_progress = _in_progress(plan, clock)
     state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if plan.history else {}
     views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
                         settings=plan.settings,
@@ -82,7 +82,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
                 again = await read_all(plan, None, clock=clock)
                 return {r.ref.name: r.signals for r in again}
 
-            await remediator.verify(records, reread, wait_s=plan.verify_wait_s)
+            await remediator.verify(records, reread, wait_s=plan.verify_wait_s, sleep=plan.sleep)
         window = float(getattr(plan.settings, "length_limit_lift_after_s", 0.0) or 0.0)
         records += await remediator.lift_idle_limits(
             {r.ref.name: r.signals for r in results}, findings,
@@ -131,16 +131,18 @@ def _config(plan: Plan) -> Any:
     return plan.settings if isinstance(plan.settings, DoctorConfig) else DoctorConfig()
 
 
-def _in_progress(plan: Plan) -> set[str]:
+def _in_progress(plan: Plan, clock: Callable[[], float]) -> set[str]:
     """Engines another doctor process is changing now (so this cycle says so instead of paging)."""
     if not (Path(plan.state_dir) / "guardrails.json").exists():
         return set()
     from doctor.remedy.guardrails import Guardrails
 
-    return Guardrails(plan.state_dir, _config(plan)).in_progress()
+    return Guardrails(plan.state_dir, _config(plan), clock=clock).in_progress()
 
 
-def _remediator(plan: Plan) -> Any:
+def _remediator(plan: Plan, clock: Callable[[], float]) -> Any:
+    """The real remediator with the plan's I/O: the clock, the transport, the wait, the launcher."""
     from doctor.remedy.setup import remediator
 
-    return remediator(_config(plan), plan.state_dir, router_url=plan.router)
+    return remediator(_config(plan), plan.state_dir, router_url=plan.router, clock=clock,
+                      transport=plan.transport, sleep=plan.sleep, launcher=plan.launcher)

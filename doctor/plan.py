@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import httpx
 
     from doctor.pipeline import PlaybookSettings
+    from doctor.remedy.actuators import LauncherFactory
 
 
 @dataclass(frozen=True)
@@ -46,3 +47,6 @@ class Plan:
     transport: httpx.AsyncBaseTransport | None = None
     sync_transport: httpx.BaseTransport | None = None  # for dcgm-exporter (collectors.gpu.DcgmSource, in a thread)
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    # With fix: what starts and stops engines (relaunch, scale_out), given the router actuator (None: local
+    # processes, doctor.remedy.launcher.LocalLauncher); the router and vLLM admin actuators dial `transport`.
+    launcher: LauncherFactory | None = None

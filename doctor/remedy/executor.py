@@ -72,7 +72,7 @@ class Remediator:
         planned, _skipped = plan_all([f for f in findings if f.severity != "info"])
         records: list[ActionRecord] = []
         for p in planned:
-            rec = p.record(trigger=trigger)
+            rec = p.record(trigger=trigger, now=self.clock())
             rec.before = _values(signals.get(p.engine))
             decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=self.free_gpus)
             if decision.mode == "observe":

@@ -171,3 +171,7 @@ class Actuator(Protocol):
 
     async def apply(self, action: Action, ctx: ActuatorContext) -> Applied:
         """Do it; raise ActuatorError after undoing any partial change."""
+
+
+class LaunchingActuator(Launcher, Actuator, Protocol):
+    """A launcher that is also the actuator of the launcher's kinds (relaunch, scale_out), as LocalLauncher is."""

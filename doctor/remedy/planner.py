@@ -54,6 +54,7 @@ the action is rolled back with its inverse and a person is paged; "(kept)": it s
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -163,10 +164,11 @@ class Planned:
             return ()
         return (self.engine,)
 
-    def record(self, *, trigger: str = "cron") -> ActionRecord:
-        """A fresh ActionRecord (status planned) for this plan."""
+    def record(self, *, trigger: str = "cron", now: float | None = None) -> ActionRecord:
+        """A fresh ActionRecord (status planned) for this plan, created `now` (default: the wall clock)."""
+        at = time.time() if now is None else now
         return ActionRecord(action=self.action.to_dict(), engine=self.engine, playbook=self.playbook,
-                            finding_id=self.finding.id, trigger=trigger,
+                            finding_id=self.finding.id, trigger=trigger, created_at=at, updated_at=at,
                             inverse=dict(self.action.inverse) if self.action.inverse is not None else None,
                             verify=_spec_dict(self.verify))
 

@@ -1,16 +1,29 @@
-"""Build the remediation machinery from the doctor's config (or flags alone)."""
+"""Build the remediation machinery from the doctor's config (or flags alone).
+
+What a caller in virtual time substitutes is I/O only: the clock (guardrails, journal, audit, cooldowns), the
+HTTP transport the router and vLLM admin actuators dial, the wait between their polls, and the `Launcher`
+that starts and stops engines (default: local processes, doctor.remedy.launcher.LocalLauncher).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from doctor.config import DoctorConfig
 from doctor.remedy.actuators import default_registry
 from doctor.remedy.executor import Remediator
 from doctor.remedy.model import ActuatorContext, EngineTarget
+
+if TYPE_CHECKING:
+    import httpx
+
+    from doctor.remedy.actuators import LauncherFactory
 
 
 def actuator_context(config: DoctorConfig, state_dir: Path, *, router_url: str | None = None,
@@ -31,9 +44,13 @@ def actuator_context(config: DoctorConfig, state_dir: Path, *, router_url: str |
 
 
 def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None = None,
-               environ: Mapping[str, str] | None = None) -> Remediator:
+               environ: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time,
+               transport: httpx.AsyncBaseTransport | None = None,
+               sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+               launcher: LauncherFactory | None = None) -> Remediator:
     ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ)
     pool = sorted({g for e in config.engines for g in e.gpus})
     dcgm = {e.name: e.dcgm for e in config.engines if e.dcgm}
-    registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ)
-    return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx)
+    registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ, clock=clock,
+                                transport=transport, sleep=sleep, launcher=launcher)
+    return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx, clock=clock)
