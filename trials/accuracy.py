@@ -4,7 +4,8 @@
 its workload routed by prompt length, applies the incident timeline at its virtual times, and every
 `eval_every_s` runs `doctor.cycle.run_cycle`, the cycle `doctor diagnose` runs, with only its I/O substituted:
 
-- the engines are `EngineRef`s named `http://<engine>.sim` (trials.sim_io), read over an `httpx.MockTransport` that answers
+- the engines are `EngineRef`s named `http://<engine>.sim` (trials.sim_io), read over an `httpx.MockTransport`
+  that answers
   /metrics, /health, /version, /v1/models from the harness (404 for /server_info, as vLLM without dev mode),
   and refuses the connection once the engine's API server would have exited (`ScenarioHarness.shut_down`);
   each engine's dcgm-exporter (`http://<engine>.dcgm.sim/metrics`) answers `h.gpu_text`;
