@@ -4,8 +4,9 @@ A hot and a cold simulated vLLM engine (the seed's settings) sit behind the hot/
 send chat-sized prompts, and part-way through a storm of very long documents arrives. Every few
 seconds the doctor runs as cron would (`doctor diagnose --fix`, auto mode, within its guardrails):
 it finds the incident, applies the first remedy, and the P99 the clients see recovers. When the storm
-is over, the doctor lifts its emergency limit again (after 30 s without a refusal and its 60 s cooldown
-here; 10 and 15 minutes by default) and long documents are served once more.
+is over and the cold engine's backlog has drained (judged over a minute, so after the demo's load as a
+rule), the doctor lifts its emergency limit again (after 30 s without a refusal and its 60 s cooldown
+here; 10 and 15 minutes by default).
 """
 
 from __future__ import annotations
@@ -176,10 +177,10 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="doctor demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=280.0, help="length of the load (default 280)")
+    parser.add_argument("--seconds", type=float, default=260.0, help="length of the load (default 260)")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
     parser.add_argument("--storm-at", type=float, default=10.0, help="when the long-document storm starts")
-    parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
+    parser.add_argument("--storm-for", type=float, default=160.0, help="how long it lasts (default 160 s)")
     parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
