@@ -103,11 +103,9 @@ def percentile(values: Sequence[float], p: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def check_latency(w: Window, family: str, client: dict[float, float], what: str, *,
-                  from_below_only: bool = False) -> list[str]:
+def check_latency(w: Window, family: str, client: dict[float, float], what: str) -> list[str]:
     """Each client percentile (p -> seconds) within one bucket width of the sim's quantile; returns
-    the comparisons as lines (for the failure message and the log). `from_below_only`: the client's time holds
-    more than the engine's (a hop in between), so only the physical bound is held: never below the bucket."""
+    the comparisons as lines (for the failure message and the log)."""
     lines = []
     bad = []
     for p, seconds in sorted(client.items()):
@@ -116,7 +114,7 @@ def check_latency(w: Window, family: str, client: dict[float, float], what: str,
         line = (f"{what} {family} p{p:g}: client {seconds * 1000:.1f} ms, sim {sim * 1000:.1f} ms "
                 f"(bucket {lower:g}-{upper:g} s, width {width * 1000:.0f} ms)")
         lines.append(line)
-        if (seconds < lower - 1e-3) if from_below_only else abs(seconds - sim) > width:
+        if abs(seconds - sim) > width:
             bad.append(line)
     assert not bad, "client and sim disagree by more than a bucket width:\n" + "\n".join([*bad, "", *lines])
     return lines
