@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=260.0, help="length of the load (default 260)")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
     parser.add_argument("--storm-at", type=float, default=10.0, help="when the long-document storm starts")
-    parser.add_argument("--storm-for", type=float, default=160.0, help="how long it lasts (default 160 s)")
+    parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
     parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
