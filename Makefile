@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean debian-packages
+.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "serving-doctor needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -46,6 +46,10 @@ unit: $(STAMP) debian-packages
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+# The live cron trial for its full five minutes (make test runs 150 s of it: tests/trials/test_live_cron.py).
+live-trial: $(STAMP)
+	LIVE_TRIAL_S=300 $(BIN)/pytest -q tests/trials/test_live_cron.py
 
 bench: $(STAMP)
 	$(BIN)/python bench/sim_calibration.py

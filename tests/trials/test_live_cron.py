@@ -1,6 +1,7 @@
 """The doctor as cron runs it on live sim engines over HTTP (#12): one state directory, a run every 15 s.
 
-One deployment for five minutes, judged by repeated `doctor diagnose` runs:
+One deployment for `LIVE_TRIAL_S` (150 s in `make test`, the full five minutes in `make live-trial`; the
+suite's 15-minute budget on 2 cores cannot hold five), judged by repeated `doctor diagnose` runs:
 - `storm`: a hot engine where every other prompt is a long document, at under 1 request/s;
 - `sat`: a hot engine at its sequence cap (4, not in the config) with a queue standing behind it;
 - three healthy hot/cold pairs at three seeds.
@@ -11,6 +12,7 @@ Before the cron runs, a one-shot run (no history) judges the same engines. Real 
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,9 +24,11 @@ from playbooks.long_prompt_share import PLAYBOOK as LONG_PROMPT_SHARE
 from sim.testing import ALL_GRAPHED, FAST_START
 from trials.live import LoadThread, Mix, Run, SpawnedEngine, cron_runs, diagnose_once, first_run_with, spawn_engine
 
-pytestmark = pytest.mark.timeout(900)  # five minutes of cron runs, in the module's fixture
 INTERVAL_S = 15.0
-DURATION_S = 300.0
+DURATION_S = float(os.environ.get("LIVE_TRIAL_S", "150"))  # make live-trial: 300
+if DURATION_S < 8 * INTERVAL_S:  # the storm's `for` plus two runs, and the sequence cap observed, need this long
+    raise ValueError(f"LIVE_TRIAL_S must be >= {8 * INTERVAL_S:g} s, got {DURATION_S:g}")
+pytestmark = pytest.mark.timeout(DURATION_S + 600)  # the cron runs happen in the module's fixture
 # CUDA graphs for every step (no first-batch penalty) and no modelled start-up: the engines are up when timed
 BASE = ["m", *ALL_GRAPHED, "--time-scale", "0.1", "--max-model-len", "16384", *FAST_START]
 HEALTHY_SEEDS = (0, 1, 2)
@@ -118,7 +122,7 @@ def test_an_engine_at_its_sequence_cap_is_capacity_not_underfilled_batches(deplo
     assert signals["seq_cap"] == 4.0 and signals["reasons"]["seq_cap"].startswith("observed"), signals
 
 
-def test_healthy_pairs_stay_clean_for_five_minutes(deployment: Deployment) -> None:
+def test_healthy_pairs_stay_clean_through_the_trial(deployment: Deployment) -> None:
     for seed in HEALTHY_SEEDS:
         for name in (f"hot{seed}", f"cold{seed}"):
             loud = [(r.started - deployment.runs[0].started, f["playbook"], f["summary"])
