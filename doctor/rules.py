@@ -43,19 +43,9 @@ _WINDOW_RE = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
 
 
 def load_playbooks() -> tuple[dict[str, Playbook], list[str]]:
-    """Registered playbooks that import, by id, and the registered ids whose module does not exist yet."""
-    found: dict[str, Playbook] = {}
-    missing: list[str] = []
-    for name in PLAYBOOK_MODULES:
-        try:
-            module = importlib.import_module(f"playbooks.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"playbooks.{name}":
-                raise
-            missing.append(name)
-            continue
-        found[name] = module.PLAYBOOK
-    return found, missing
+    """Every registered playbook, by id (every one exists: a missing module is an ImportError, not a fallback),
+    and an empty list of missing ones (kept for callers)."""
+    return {name: importlib.import_module(f"playbooks.{name}").PLAYBOOK for name in PLAYBOOK_MODULES}, []
 
 
 @dataclass(frozen=True)
@@ -80,16 +70,16 @@ def runbook_fragment(playbook_id: str) -> str:
 
 
 def _params(spec: RuleSpec, pb: Playbook | None, opts: Options) -> tuple[dict[str, float], list[str]]:
-    """Thresholds for one rule, and notes on any that did not come from the playbook's defaults."""
-    params: dict[str, float] = {k: float(v) for k, v in (pb.defaults.items() if pb is not None else ())}
-    notes: list[str] = []
-    for name, fallback in spec.params.items():
-        if name not in params:
-            params[name] = float(fallback)
-            if pb is not None:
-                notes.append(f"{name} = {num(fallback)} is not in the playbook's defaults (issue seed)")
+    """Thresholds for one rule (the playbook's defaults, then the rule's own), and notes."""
+    if pb is None:
+        raise ValueError(f"rule {spec.alert}: no playbook {spec.playbook!r} is registered")
+    params: dict[str, float] = {k: float(v) for k, v in pb.defaults.items()}
+    unknown = [name for name in spec.params if name not in params]
+    if unknown:
+        raise ValueError(f"rule {spec.alert} reads {', '.join(unknown)}, which playbook {spec.playbook} does not "
+                         "define (doctor/rules_table.py)")
     params.update({k: float(v) for k, v in spec.rule_params.items()})
-    return params, notes
+    return params, []
 
 
 def _fatal_xids(playbooks: Mapping[str, Playbook], opts: Options) -> Options:

@@ -1,9 +1,9 @@
-"""The table behind `doctor rules`: one PromQL condition per playbook (and alert name), with seed thresholds.
+"""The table behind `doctor rules`: one PromQL condition per playbook (and alert name), with the playbooks' thresholds.
 
-Each `RuleSpec` names its playbook, the alert, an expression builder and the thresholds it reads by the
-playbook's own parameter names (`params`, with the issue's seed values as fallbacks for a playbook not
-written yet) or its own (`rule_params`). Expressions use `collectors.promsource.promql` per version
-profile, with every aggregation kept `by` the labels that identify one engine, so each engine alerts alone.
+Each `RuleSpec` names its playbook, the alert, an expression builder and the thresholds it reads by the playbook's
+own parameter names (`params`, valued from the playbook's defaults) or its own (`rule_params`). Expressions use
+`collectors.promsource.promql` per version profile, with every aggregation kept `by` the labels that identify one
+engine, so each engine alerts alone.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from dataclasses import dataclass, field
 from collectors.promsource import promql
 
 DEFAULT_SELECTOR = 'job="vllm"'
-# Used when playbooks/gpu_fault.py is missing or has no FATAL_XIDS: double-bit ECC (48), page retirement /
-# row remapping (63, 64), NVLink (74), fallen off the bus (79), high SBE rate (92), ECC (94, 95).
-SEED_FATAL_XIDS: tuple[int, ...] = (48, 63, 64, 74, 79, 92, 94, 95)
 
 
 class Unavailable(Exception):
@@ -43,7 +40,7 @@ class Options:
     max_model_len: int = 32768
     router_selector: str = 'job="router"'  # the serving router's own /metrics
     runbook_base: str = ""
-    fatal_xids: tuple[int, ...] = SEED_FATAL_XIDS
+    fatal_xids: tuple[int, ...] = ()  # playbooks.gpu_fault.FATAL_XIDS (doctor.rules fills it in)
 
 
 def strip_braces(selector: str) -> str:
@@ -322,8 +319,8 @@ def _seconds(window: str) -> float:
 
 @dataclass(frozen=True)
 class RuleSpec:
-    """One alerting rule for one playbook. `params` use the playbook's parameter names, with the issue's
-    seed values as fallbacks while its module is missing; `rule_params` are the rule's own."""
+    """One alerting rule for one playbook. `params` name the playbook's parameters it reads (their values are
+    the playbook's defaults: one source); `rule_params` are the rule's own."""
 
     playbook: str
     alert: str
@@ -332,7 +329,7 @@ class RuleSpec:
     description: str  # %(name)s placeholders are thresholds
     severity: str = "warning"
     for_s: float = 0.0
-    params: Mapping[str, float] = field(default_factory=dict)
+    params: tuple[str, ...] = ()  # the playbook's own parameters the rule reads (from its defaults)
     rule_params: Mapping[str, float] = field(default_factory=dict)
     role: str | None = None
     alert_index: int = 0  # which of the playbook's `alerts` names this rule
@@ -353,33 +350,31 @@ RULES: tuple[RuleSpec, ...] = (
              "critical", min_for_s=60.0, note="for: at least 1m (the playbook's is 0): one failed scrape is no outage"),
     RuleSpec("gpu_fault", "VllmGpuXidError", _gpu_xid, f"{GPU}: fatal Xid {VAL}",
              "dcgm-exporter's last Xid is of a fatal class: the GPU needs a reset or replacement.",
-             "critical", params={"xid_errors": 0.0}, fixed_severity=True,
+             "critical", params=("xid_errors",), fixed_severity=True,
              note="DCGM_FI_DEV_XID_ERRORS is the last Xid code; fatal classes as in playbooks/gpu_fault.py"),
     RuleSpec("gpu_fault", "VllmGpuEccDoubleBit", _gpu_ecc, f"{GPU}: double-bit ECC errors",
              VAL + " uncorrectable (double-bit) ECC errors since the driver loaded (> %(ecc_dbe_errors)s).",
-             "critical", params={"ecc_dbe_errors": 0.0}, alert_index=1, fixed_severity=True,
+             "critical", params=("ecc_dbe_errors",), alert_index=1, fixed_severity=True,
              note="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL is not in dcgm-exporter's default counters"),
     RuleSpec("engine_stalled", "VllmEngineStalled", _engine_stalled, f"vLLM engine {ON} makes no progress",
              "The engine answers scrapes but generates %(generation_tokens_per_s)s tokens/s and finishes "
              "%(qps)s requests/s while requests run or wait.",
-             "critical", for_s=60.0, params={"generation_tokens_per_s": 0.0, "qps": 0.0, "waiting": 0.0,
-                                               "running": 0.0}),
+             "critical", for_s=60.0, params=("generation_tokens_per_s", "qps", "waiting", "running")),
     RuleSpec("error_rate", "VllmHighErrorRate", _error_rate, f"vLLM engine {ON} fails requests",
              PCT + " of API requests answer 5xx (> %(error_ratio)s).",
-             "critical", for_s=60.0, params={"error_ratio": 0.05}),
+             "critical", for_s=60.0, params=("error_ratio",)),
     RuleSpec("error_rate", "VllmHighAbortRate", _abort_rate, f"vLLM engine {ON} aborts requests",
              PCT + " of finished requests were aborted (> %(abort_ratio)s, with at least %(min_requests)s "
              "requests in the window).",
-             "critical", for_s=60.0, alert_index=1, params={"abort_ratio": 0.10, "min_requests": 10.0}),
+             "critical", for_s=60.0, alert_index=1, params=("abort_ratio", "min_requests")),
     RuleSpec("kv_pressure", "VllmKvCachePressure", _kv_pressure, f"vLLM engine {ON} is short of KV cache",
              "KV-cache usage " + PCT + " > %(kv_usage_ratio)s with preemptions or requests waiting.",
-             "warning", for_s=300.0, params={"kv_usage_ratio": 0.75, "preemptions_per_s": 0.0, "waiting": 0.0}),
+             "warning", for_s=300.0, params=("kv_usage_ratio", "preemptions_per_s", "waiting")),
     RuleSpec("p99_spike", "VllmP99LatencySpike", _p99_baseline, f"vLLM engine {ON}: P99 latency spiked",
              "P99 end-to-end latency or TTFT is " + VAL + "s, over %(baseline_factor_ratio)sx its baseline (the "
              "mean of the last %(baseline_window_s)ss before the last %(baseline_exclude_recent_s)ss).",
              "warning", for_s=60.0, fixed_severity=True,
-             params={"baseline_factor_ratio": 2.0, "baseline_window_s": 3600.0, "baseline_exclude_recent_s": 600.0,
-                     "baseline_min_s": 0.25}),
+             params=("baseline_factor_ratio", "baseline_window_s", "baseline_exclude_recent_s", "baseline_min_s")),
     RuleSpec("p99_spike", "VllmTtftSloBreach", _slo(("p99_ttft_s", "p95_ttft_s")), f"vLLM engine {ON}: TTFT over SLO",
              "Time to first token is " + VAL + "s, over its SLO.", "critical", for_s=60.0, alert_index=1,
              fixed_severity=True),
@@ -390,69 +385,68 @@ RULES: tuple[RuleSpec, ...] = (
              f"vLLM engine {ON}: end-to-end latency over SLO", "End-to-end latency is " + VAL + "s, over its SLO.",
              "critical", for_s=60.0, alert_index=3, fixed_severity=True),
     RuleSpec("queue_pressure", "VllmQueuePressure", _queue_waiting, f"vLLM engine {ON} has a queue",
-             VAL + " requests wait (> %(waiting)s).", "warning", for_s=60.0, params={"waiting": 5.0}),
+             VAL + " requests wait (> %(waiting)s).", "warning", for_s=60.0, params=("waiting",)),
     RuleSpec("queue_pressure", "VllmQueueTimeHigh", _queue_time, f"vLLM engine {ON}: requests queue too long",
              "P95 queue time is " + VAL + "s (>= %(p95_queue_s)ss).", "warning", for_s=60.0, alert_index=1,
-             params={"p95_queue_s": 1.0},
+             params=("p95_queue_s",),
              note="router_queue_p99_s is the router's (router_queue_time_seconds), not an engine series: not here"),
     RuleSpec("cold_prefill_slow", "VllmColdPrefillSlow", _prefill_per_token, f"Cold engine {ON}: slow prefill",
              "Prefill takes " + RAW + " s per prompt token (> %(prefill_s_per_token)s).",
-             "warning", for_s=300.0, role="cold", params={"prefill_s_per_token": 0.00015}),
+             "warning", for_s=300.0, role="cold", params=("prefill_s_per_token",)),
     RuleSpec("cold_prefill_slow", "PrefillLatencyHigh", _prefill_p99, f"Cold engine {ON}: P99 prefill over 1.5 s",
              "P99 prefill is " + VAL + "s (> %(p99_prefill_s)ss): the seed's HighColdPathLatency "
              "(prefill_latency_ms > 1500 for 5m).",
-             "warning", for_s=300.0, role="cold", alert_index=1, params={"p99_prefill_s": 1.5}),
+             "warning", for_s=300.0, role="cold", alert_index=1, params=("p99_prefill_s",)),
     RuleSpec("long_prompt_share", "VllmHotLongPromptShare", _long_prompt_share, f"Hot engine {ON}: many long prompts",
              PCT + " of prompts are at or above the route threshold (%(route_threshold_tokens)s tokens; "
              "limit %(long_prompt_ratio)s).",
-             "warning", for_s=60.0, role="hot", params={"route_threshold_tokens": 5120.0, "long_prompt_ratio": 0.2}),
+             "warning", for_s=60.0, role="hot", params=("route_threshold_tokens", "long_prompt_ratio")),
     RuleSpec("long_prompt_share", "RouterMisrouteShare", _misrouted, f"Router {ON} misroutes prompts",
              PCT + " of checked prompts went to the wrong side of the route threshold (> %(misrouted_ratio)s).",
-             "warning", for_s=60.0, alert_index=1, params={"misrouted_ratio": 0.05},
+             "warning", for_s=60.0, alert_index=1, params=("misrouted_ratio",),
              note="from the serving router's /metrics (--router-selector)"),
     RuleSpec("hot_decode_jitter", "VllmHotDecodeJitter", _hot_decode_jitter, f"Hot engine {ON}: decode jitter",
              "Inter-token latency coefficient of variation (from bucket midpoints, as the doctor estimates it) "
-             "is " + RAW + " > %(itl_cv_ratio)s.", "warning", for_s=60.0, role="hot", params={"itl_cv_ratio": 0.10}),
+             "is " + RAW + " > %(itl_cv_ratio)s.", "warning", for_s=60.0, role="hot", params=("itl_cv_ratio",)),
     RuleSpec("memory_fragmentation", "VllmMemoryFragmentation", _memory_fragmentation, f"{GPU}: memory growing",
              "Framebuffer use is " + PCT + " above its minimum over the last %(footprint_window_s)ss (limit "
              "%(memory_growth_ratio)s); the doctor compares with the post-warm-up footprint instead.",
-             "warning", for_s=120.0, params={"memory_growth_ratio": 0.15},
+             "warning", for_s=120.0, params=("memory_growth_ratio",),
              rule_params={"footprint_window_s": 21600.0, "min_footprint_mib": 1024.0},
              note="DCGM_FI_DEV_FB_USED against its 6h minimum; a restart hides growth for that window"),
     RuleSpec("throughput_drop", "VllmThroughputDrop", _throughput_drop, f"vLLM engine {ON}: throughput dropped",
              "Generated tokens/s is " + VAL + ", more than %(drop_ratio)s below its baseline while demand holds.",
-             "warning", for_s=300.0, params={"drop_ratio": 0.25, "baseline_window_s": 3600.0,
-                                              "baseline_exclude_recent_s": 600.0, "min_baseline_tokens_per_s": 1.0}),
+             "warning", for_s=300.0, params=("drop_ratio", "baseline_window_s", "baseline_exclude_recent_s",
+                                             "min_baseline_tokens_per_s")),
     RuleSpec("capacity_scale_out", "VllmCapacityScaleOut", _capacity_scale_out,
              f"vLLM engine {ON} needs more capacity",
              "More than %(qps)s requests/s on one engine (or, with --max-num-seqs, sequence slots full while "
              "requests wait and KV is under %(kv_headroom_ratio)s).",
-             "warning", for_s=300.0, params={"qps": 100.0, "slots_saturated_ratio": 0.98, "waiting": 0.0,
-                                              "kv_headroom_ratio": 0.75},
+             "warning", for_s=300.0, params=("qps", "slots_saturated_ratio", "waiting", "kv_headroom_ratio"),
              note="the sequence-slot branch needs --max-num-seqs (vLLM does not export it)"),
     RuleSpec("prefix_cache_miss", "VllmPrefixCacheMiss", _prefix_cache_miss, f"vLLM engine {ON}: prefix cache misses",
              "Prefix-cache hit rate " + PCT + " < %(prefix_hit_ratio)s on an engine with prompt templates.",
-             "warning", for_s=120.0, role="templates", params={"prefix_hit_ratio": 0.7},
+             "warning", for_s=120.0, role="templates", params=("prefix_hit_ratio",),
              note="only engines with templates configured: --templates-selector (default: the hot selector)"),
     RuleSpec("api_server_cpu_bound", "VllmApiServerCpuBound", _api_server_cpu_bound,
              f"vLLM API server {ON} is CPU bound",
              "The API server process uses " + VAL + " cores (>= %(process_cpu_cores)s of one core).",
-             "warning", for_s=120.0, params={"process_cpu_cores": 0.95},
+             "warning", for_s=120.0, params=("process_cpu_cores",),
              note="CPU side only: DCGM series carry no engine labels to join GPU idleness on"),
     RuleSpec("batch_underutilized", "VllmBatchUnderutilized", _batch_underutilized,
              f"vLLM engine {ON}: batches not full", "Running requests are " + PCT + " of max_num_seqs "
              "(< %(batch_utilization_ratio)s) while requests wait and KV has room.",
-             "info", for_s=120.0, params={"batch_utilization_ratio": 0.65, "waiting": 0.0, "kv_usage_ratio": 0.75}),
+             "info", for_s=120.0, params=("batch_utilization_ratio", "waiting", "kv_usage_ratio")),
     RuleSpec("cold_start", "VllmColdStart", _cold_start, f"vLLM engine {ON} restarted cold",
              "Started less than %(recent_uptime_s)ss ago and P99 TTFT is " + VAL + "s, over %(ttft_baseline_factor)sx "
              "its baseline (or %(ttft_absolute_s)ss without one).",
-             "info", params={"recent_uptime_s": 600.0, "ttft_baseline_factor": 3.0, "ttft_absolute_s": 2.0,
-                             "baseline_window_s": 3600.0, "baseline_exclude_recent_s": 600.0}),
+             "info", params=("recent_uptime_s", "ttft_baseline_factor", "ttft_absolute_s", "baseline_window_s",
+                             "baseline_exclude_recent_s")),
     RuleSpec("replica_imbalance", "VllmReplicaImbalance", _replica_imbalance,
              f"vLLM engine {ON} carries more than its share",
              "Running requests or requests/s is " + VAL + ", over %(imbalance_factor)sx the mean of the other "
              "engines of its job.",
-             "warning", for_s=300.0, params={"imbalance_factor": 2.0, "loaded_running": 4.0, "loaded_qps": 1.0},
+             "warning", for_s=300.0, params=("imbalance_factor", "loaded_running", "loaded_qps"),
              note="peers are the engines of the same job (one job per role); only the over-loaded side alerts"),
 )
 

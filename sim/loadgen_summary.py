@@ -13,8 +13,11 @@ from sim.loadgen_types import LoadResult, RequestResult
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
-def _percentile(values: Sequence[float], p: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
+def percentile(values: Sequence[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default, what `vllm bench serve` reports); 0.0 for no
+    values. The one percentile of raw samples in the project (the load generator, the trials, the tests).
+    Not `statistics.quantiles`: that cuts data into n equal groups, and `--metric-percentiles` takes any float
+    (99.9); its "inclusive" method is this interpolation at the cut points (a test holds them equal)."""
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -31,11 +34,11 @@ def _stats(prefix: str, values_s: Sequence[float], percentiles: Sequence[float])
     std = math.sqrt(sum((v - mean) ** 2 for v in ms) / n) if n else 0.0  # population, as np.std
     out = {
         f"mean_{prefix}_ms": mean,
-        f"median_{prefix}_ms": _percentile(ms, 50),
+        f"median_{prefix}_ms": percentile(ms, 50),
         f"std_{prefix}_ms": std,
     }
     for p in percentiles:
-        out[f"p{p:g}_{prefix}_ms"] = _percentile(ms, p)
+        out[f"p{p:g}_{prefix}_ms"] = percentile(ms, p)
     return out
 
 

@@ -17,6 +17,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.quantiles import histogram_quantile
+from sim.loadgen_summary import percentile as linear_percentile
 
 SUCCESS = "vllm:request_success_total"
 COUNTERS = (SUCCESS, "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
@@ -95,12 +96,8 @@ def settled_window(url: str, before: Scrape, expected: int, *, timeout_s: float 
 
 def percentile(values: Sequence[float], p: float) -> float:
     """numpy's default (linear) percentile, as `vllm bench serve` computes its figures."""
-    xs = sorted(values)
-    assert xs, "no values"
-    pos = (len(xs) - 1) * p / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    assert values, "no values"
+    return linear_percentile(values, p)
 
 
 def check_latency(w: Window, family: str, client: dict[float, float], what: str) -> list[str]:

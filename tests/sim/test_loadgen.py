@@ -383,3 +383,18 @@ def test_requests_end_by_eos_at_their_drawn_length_by_default(version: str) -> N
 def test_load_cli_has_ignore_eos() -> None:
     assert build_parser().parse_args(["--url", "http://x", "--ignore-eos"]).ignore_eos is True
     assert build_parser().parse_args(["--url", "http://x"]).ignore_eos is False
+
+
+def test_the_one_percentile_is_statistics_quantiles_inclusive_at_its_cut_points() -> None:
+    import random
+    import statistics
+
+    from sim.loadgen_summary import percentile
+
+    rng = random.Random(5)
+    for n in (2, 3, 10, 101, 997):
+        xs = [rng.expovariate(1.0) for _ in range(n)]
+        cuts = statistics.quantiles(xs, n=100, method="inclusive")
+        for q in (1, 25, 50, 90, 99):
+            assert abs(percentile(xs, q) - cuts[q - 1]) < 1e-12, (n, q)
+    assert percentile([], 99) == 0.0 and percentile([3.0], 99.9) == 3.0
