@@ -8,12 +8,11 @@ be found). `DoctorConfig` implements `doctor.pipeline.PlaybookSettings`.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import re
 import shlex
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from pathlib import Path
@@ -33,7 +32,7 @@ from doctor.config_schema import (
 from doctor.engines import EngineRef, Role
 from playbooks import registry
 
-__all__ = ["ConfigError", "DoctorConfig", "EngineConfig", "load_config", "merge_flags"]
+__all__ = ["ConfigError", "DoctorConfig", "EngineConfig", "load_config"]
 
 Mode = Literal["observe", "dry-run", "approve", "auto"]
 MODES: tuple[str, ...] = ("observe", "dry-run", "approve", "auto")
@@ -72,7 +71,8 @@ class EngineConfig:
     playbooks: Mapping[str, bool] = field(default_factory=dict)  # per-engine enabled overrides
 
     def ref(self) -> EngineRef:
-        args = {k: v for k in ENGINE_ARGS if (v := getattr(self, k)) is not None}
+        args: dict[str, int | float] = {k: v for k in (*ENGINE_ARGS, "gpu_memory_utilization")
+                                        if (v := getattr(self, k)) is not None}
         return EngineRef(name=self.name, role=self.role, url=self.url, log=self.log, log_command=self.log_command,
                          gpus=self.gpus, dcgm=self.dcgm, selector=self.selector, launcher=self.launcher,
                          config=args)
@@ -144,6 +144,7 @@ class Bounds:
     batch_timeout_max_ms: int = 200
     length_limit_max_tokens: int | None = None  # None: the engines' max_model_len
     tensor_parallel_max: int | None = None  # None: the free GPUs
+    gpu_pool: tuple[int, ...] = ()  # GPUs the launcher may start engines on (blue/green, replicas); (): unknown
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,11 @@ class DoctorConfig:
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
-        """Threshold overrides: [thresholds.<id>], then [engines.thresholds.<id>] (defaults come from the playbook)."""
-        out = dict(self.thresholds.get(playbook_id, {}))
+        """Threshold overrides: [thresholds.<id>], then [engines.thresholds.<id>] (defaults come from the playbook).
+        The hot/cold boundary is one setting: `long_prompt_tokens` is every playbook's `route_threshold_tokens`
+        unless a [thresholds.<id>] table sets it (the router's own threshold, when read, comes first)."""
+        out: dict[str, float] = {"route_threshold_tokens": float(self.long_prompt_tokens)}
+        out.update(self.thresholds.get(playbook_id, {}))
         eng = self.engine(engine)
         if eng is not None:
             out.update(eng.thresholds.get(playbook_id, {}))
@@ -237,32 +241,6 @@ class DoctorConfig:
 
     def kill_switch_path(self, state_dir: Path) -> Path:
         return self.kill_switch_file or state_dir / "kill-switch"
-
-
-def merge_flags(config: DoctorConfig, engines_from_flags: Sequence[EngineRef]) -> DoctorConfig:
-    """Flags override and extend the config's engines, by name.
-
-    An `--engine NAME=URL` naming a configured engine replaces its URL, and its role, log, dcgm and gpus
-    where the flags give them; everything else (SLOs, thresholds, launcher, selector, vLLM args) stays
-    from the config. A new name is added as a new engine. Configured engines not named by flags stay.
-    """
-    engines = list(config.engines)
-    for ref in engines_from_flags:
-        idx = next((i for i, e in enumerate(engines) if e.name == ref.name), None)
-        if idx is None:
-            c = ref.config
-            engines.append(EngineConfig(
-                name=ref.name, url=ref.url, role=ref.role, log=ref.log, log_command=ref.log_command, gpus=ref.gpus,
-                dcgm=ref.dcgm, selector=ref.selector, launcher=ref.launcher, max_num_seqs=c.get("max_num_seqs"),
-                max_num_batched_tokens=c.get("max_num_batched_tokens"), max_model_len=c.get("max_model_len"),
-                tensor_parallel_size=c.get("tensor_parallel_size")))
-            continue
-        old = engines[idx]
-        engines[idx] = dataclasses.replace(
-            old, url=ref.url, role=ref.role or old.role, log=ref.log or old.log,
-            log_command=ref.log_command or old.log_command, gpus=ref.gpus or old.gpus, dcgm=ref.dcgm or old.dcgm,
-            selector=ref.selector or old.selector, launcher=ref.launcher or old.launcher)
-    return dataclasses.replace(config, engines=tuple(engines))
 
 
 # ---------------------------------------------------------------- loading
@@ -326,10 +304,12 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
     esc = root.sub("escalation")
     esc.only(("alertmanager_url", "webhook_url"))
     b = root.sub("bounds")
-    b.only(("batch_timeout_min_ms", "batch_timeout_max_ms", "length_limit_max_tokens", "tensor_parallel_max"))
+    b.only(("batch_timeout_min_ms", "batch_timeout_max_ms", "length_limit_max_tokens", "tensor_parallel_max",
+            "gpu_pool"))
     bounds = Bounds(cast(int, b.integer("batch_timeout_min_ms", 50, minimum=1, maximum=10_000)),
                     cast(int, b.integer("batch_timeout_max_ms", 200, minimum=1, maximum=10_000)),
-                    b.integer("length_limit_max_tokens", minimum=1), b.integer("tensor_parallel_max", minimum=1))
+                    b.integer("length_limit_max_tokens", minimum=1), b.integer("tensor_parallel_max", minimum=1),
+                    b.integers("gpu_pool"))
     if bounds.batch_timeout_min_ms > bounds.batch_timeout_max_ms:
         raise b.error("batch_timeout_min_ms", f"must be <= batch_timeout_max_ms ({bounds.batch_timeout_max_ms}), "
                                               f"got {bounds.batch_timeout_min_ms}")

@@ -48,6 +48,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     from doctor.state import StateDir
     from playbooks.model import worst
 
+    plan = _with_launched(plan)
     history = open_history(plan, clock)
     started = clock()
     results = await read_all(plan, history, clock=clock, store=open_store(plan))
@@ -125,6 +126,23 @@ def _refusals_within(history: Any, results: list[Any], window_s: float, now: flo
     return None
 
 
+def _with_launched(plan: Plan) -> Plan:
+    """The plan's engines where the launcher's records say they run now, with the replicas it added."""
+    import dataclasses
+
+    from doctor.launched import with_launched
+
+    procs: Any = plan.processes
+    if procs is None:
+        if not (Path(plan.state_dir) / "engines").is_dir():
+            return plan
+        from doctor.remedy.engine_procs import EngineProcesses
+
+        procs = EngineProcesses(Path(plan.state_dir) / "engines")
+    records = procs.adopt()
+    return dataclasses.replace(plan, engines=with_launched(plan.engines, records)) if records else plan
+
+
 def _config(plan: Plan) -> Any:
     from doctor.config import DoctorConfig
 
@@ -141,8 +159,11 @@ def _in_progress(plan: Plan, clock: Callable[[], float]) -> set[str]:
 
 
 def _remediator(plan: Plan, clock: Callable[[], float]) -> Any:
-    """The real remediator with the plan's I/O: the clock, the transport, the wait, the launcher."""
+    """The real remediator with the plan's I/O (the clock, the transport, the wait, the launcher), over the
+    cycle's engines merged into the config (an engine named only by a flag, a replica the launcher added)."""
+    from doctor.config_merge import merge_flags
     from doctor.remedy.setup import remediator
 
-    return remediator(_config(plan), plan.state_dir, router_url=plan.router, clock=clock,
-                      transport=plan.transport, sleep=plan.sleep, launcher=plan.launcher)
+    return remediator(merge_flags(_config(plan), plan.engines), plan.state_dir, router_url=plan.router, clock=clock,
+                      transport=plan.transport, sleep=plan.sleep, launcher=plan.launcher,
+                      sync_transport=plan.sync_transport, engines=plan.engines)

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fix", action="store_true",
                    help="apply the first remedy of each finding as the mode allows (observe, dry-run, approve, auto)")
     p.add_argument("--yes", action="store_true", help="with --fix in approve mode: approve from this terminal")
+    p.add_argument("--mode", choices=("observe", "dry-run", "approve", "auto"),
+                   help="with --fix: the remediation mode for this run (default: the config's, else observe); "
+                   "a playbook's own mode in the config still holds")
     p.add_argument("--verify-wait", help="with --fix: wait up to this long to verify (default from config, "
                    "bounded by --timeout; the rest is verified by the next run)")
     p.add_argument("--long-prompt-tokens", type=int, help="hot/cold threshold (default 5120)")
@@ -103,7 +106,6 @@ def parse_options(argv: Sequence[str]) -> Options:
     """Flags (and the config file) into Options; UsageError names what is wrong."""
     ns = build_parser().parse_args(list(argv))
     settings: Any = None
-    cfg_engines: list[EngineRef] = []
     defaults: dict[str, Any] = {}
     if ns.config is not None:
         from doctor.config import ConfigError, load_config
@@ -112,7 +114,6 @@ def parse_options(argv: Sequence[str]) -> Options:
             settings = load_config(ns.config)
         except ConfigError as exc:
             raise UsageError(f"doctor diagnose: {exc}") from None
-        cfg_engines = list(settings.engine_refs())
         defaults = {"sample_s": settings.sample_s, "timeout_s": settings.timeout_s, "window_s": settings.window_s,
                     "min_requests": settings.min_requests,
                     "prometheus": settings.prometheus_url, "state_dir": settings.state_dir,
@@ -121,7 +122,7 @@ def parse_options(argv: Sequence[str]) -> Options:
                     "request_timeout_s": settings.request_timeout_s, "router": settings.router.url}
     try:
         flag_engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
-        engines = _merge_engines(cfg_engines, flag_engines)
+        engines = _merge_engines(settings, flag_engines)
         sample_s = parse_duration(ns.sample or defaults.get("sample_s", "5s"))
         window_s = parse_duration(ns.window or defaults.get("window_s", "1m"))
         since_s = parse_duration(ns.since) if ns.since else None
@@ -149,6 +150,18 @@ def parse_options(argv: Sequence[str]) -> Options:
         raise UsageError(f"doctor diagnose: error: {exc}") from None
     if ns.yes and not ns.fix:
         raise UsageError("doctor diagnose: error: --yes only makes sense with --fix")
+    if ns.long_prompt_tokens:  # the hot/cold boundary: one setting, for the shares and the playbooks alike
+        from doctor.config import DoctorConfig
+
+        settings = dataclasses.replace(settings if settings is not None else DoctorConfig(),
+                                       long_prompt_tokens=ns.long_prompt_tokens)
+    if ns.mode is not None:
+        if not ns.fix:
+            raise UsageError("doctor diagnose: error: --mode only makes sense with --fix")
+        from doctor.config import DoctorConfig
+
+        # the global mode for this run; a playbook's own mode in the config still holds (it was set on purpose)
+        settings = dataclasses.replace(settings if settings is not None else DoctorConfig(), mode=ns.mode)
     return Options(engines, sample_s, since_s, timeout_s, min(request_timeout_s, timeout_s), prometheus, ns.format,
                    state_dir, not ns.no_history,
                    ns.long_prompt_tokens or int(defaults.get("long_prompt_tokens", 5120)),
@@ -158,17 +171,15 @@ def parse_options(argv: Sequence[str]) -> Options:
                    min(verify_wait_s, max(0.0, timeout_s - 2 * sample_s - 1)))
 
 
-def _merge_engines(from_config: list[EngineRef], from_flags: list[EngineRef]) -> list[EngineRef]:
-    """Flags add engines and replace a config engine's URL, role, log, dcgm and GPUs (the rest stays)."""
-    merged = {e.name: e for e in from_config}
-    for e in from_flags:
-        base = merged.get(e.name)
-        if base is None:
-            merged[e.name] = e
-            continue
-        merged[e.name] = dataclasses.replace(base, url=e.url, role=e.role or base.role, log=e.log or base.log,
-                                             dcgm=e.dcgm or base.dcgm, gpus=e.gpus or base.gpus)
-    return list(merged.values())
+def _merge_engines(settings: Any, from_flags: list[EngineRef]) -> list[EngineRef]:
+    """Flags add engines and replace a config engine's URL, role, log, dcgm and GPUs (doctor.config.merge_flags,
+    the one merge; the cycle merges its engines into the remediator's config the same way)."""
+    if settings is None and not from_flags:
+        return []
+    from doctor.config import DoctorConfig
+    from doctor.config_merge import merge_flags
+
+    return merge_flags(settings if settings is not None else DoctorConfig(), from_flags).engine_refs()
 
 
 def plan_of(opts: Options, *, trigger: str = "cron") -> Plan:

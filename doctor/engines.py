@@ -26,7 +26,12 @@ class EngineRef:
     dcgm: str | None = None
     selector: str | None = None  # PromQL label selector in Prometheus mode
     launcher: str | None = None
-    config: dict[str, int] = field(default_factory=dict)  # max_num_seqs etc. when known
+    config: dict[str, int | float] = field(default_factory=dict)  # max_num_seqs etc. when known
+
+    def int_arg(self, key: str) -> int | None:
+        """A whole-number engine argument from `config` (max_num_seqs, ...), None when not known."""
+        v = self.config.get(key)
+        return None if v is None else int(v)
 
     @property
     def instance(self) -> str:

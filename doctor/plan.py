@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from doctor.pipeline import PlaybookSettings
     from doctor.remedy.actuators import LauncherFactory
+    from doctor.remedy.engine_procs import ProcessTable
 
 
 @dataclass(frozen=True)
@@ -50,3 +51,6 @@ class Plan:
     # With fix: what starts and stops engines (relaunch, scale_out), given the router actuator (None: local
     # processes, doctor.remedy.launcher.LocalLauncher); the router and vLLM admin actuators dial `transport`.
     launcher: LauncherFactory | None = None
+    # The engines the launcher started (where a relaunch moved an engine, the replicas it added), read by every
+    # cycle, fixing or not; None: the records under state_dir/engines/ (doctor.remedy.engine_procs).
+    processes: ProcessTable | None = None

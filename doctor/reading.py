@@ -241,11 +241,12 @@ def record_history(history: SignalHistory | None, results: list[EngineResult], n
 
 
 def _config_view(ref: EngineRef) -> EngineConfigView:
-    c = ref.config
-    return EngineConfigView(max_num_seqs=c.get("max_num_seqs"), max_num_batched_tokens=c.get("max_num_batched_tokens"),
-                            max_model_len=c.get("max_model_len"), router_max_in_flight=c.get("router_max_in_flight"),
-                            tensor_parallel_size=c.get("tensor_parallel_size"),
-                            gpu_memory_utilization=c.get("gpu_memory_utilization"))
+    return EngineConfigView(max_num_seqs=ref.int_arg("max_num_seqs"),
+                            max_num_batched_tokens=ref.int_arg("max_num_batched_tokens"),
+                            max_model_len=ref.int_arg("max_model_len"),
+                            router_max_in_flight=ref.int_arg("router_max_in_flight"),
+                            tensor_parallel_size=ref.int_arg("tensor_parallel_size"),
+                            gpu_memory_utilization=ref.config.get("gpu_memory_utilization"))
 
 
 async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,

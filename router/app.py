@@ -25,7 +25,7 @@ from router.admission import Admission
 from router.config import RouterConfig
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
-from router.policy import ROLES, STATES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
+from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
@@ -193,23 +193,10 @@ class Router:
 
     def _refresh_gauges(self) -> None:
         m = self.metrics
-        pol = self.store.policy
-        for r in ROLES:
-            m.queue_length.labels(r).set(self.admission.queue_length(r))
-        for u in [*self.upstreams.all(), *self.upstreams.detached]:
-            m.in_flight.labels(u.name, u.role).set(u.in_flight)
-            m.max_in_flight.labels(u.name, u.role).set(u.max_in_flight)
-            m.upstream_up.labels(u.name, u.role).set(1 if u.healthy else 0)
-            for s in STATES:
-                m.upstream_state.labels(u.name, u.role, s).set(1 if u.state == s and not u.detached else 0)
-        m.policy_version.set(self.store.version)
-        m.threshold.set(pol.route_threshold_tokens)
-        now = self.clock()
-        active = pol.length_limit_active(now)
-        m.length_limit.set((pol.length_limit_tokens or 0) if active else 0)
-        m.length_limit_idle.set(self.length_limit.idle_s(pol, now) or 0.0)
-        fallbacks = getattr(self.counter, "fallbacks", 0)
-        m.token_fallbacks.set(fallbacks)
+        m.refresh(policy=self.store.policy, version=self.store.version, queue_length=self.admission.queue_length,
+                  upstreams=[*self.upstreams.all(), *self.upstreams.detached], length_limit=self.length_limit,
+                  now=self.clock())
+        m.token_fallbacks.set(getattr(self.counter, "fallbacks", 0))
 
     async def metrics_endpoint(self, request: Request) -> Response:
         self._refresh_gauges()

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
+
+from router.length_limit import LengthLimitTracker
+from router.policy import ROLES, STATES, Policy
+from router.upstreams import Upstream
 
 QUEUE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0,
                  2.5, 5.0, 10.0, 30.0, 60.0)
@@ -78,3 +84,22 @@ class RouterMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def refresh(self, *, policy: Policy, version: int, queue_length: Callable[[str], int],
+                upstreams: Iterable[Upstream], length_limit: LengthLimitTracker, now: float) -> None:
+        """The gauges as of `now` (before each scrape): queues, upstreams (detached ones included), the policy
+        version, the route threshold and the length limit with its idle time. The router and the trials'
+        virtual router both call this."""
+        for r in ROLES:
+            self.queue_length.labels(r).set(queue_length(r))
+        for u in upstreams:
+            self.in_flight.labels(u.name, u.role).set(u.in_flight)
+            self.max_in_flight.labels(u.name, u.role).set(u.max_in_flight)
+            self.upstream_up.labels(u.name, u.role).set(1 if u.healthy else 0)
+            for s in STATES:
+                self.upstream_state.labels(u.name, u.role, s).set(1 if u.state == s and not u.detached else 0)
+        self.policy_version.set(version)
+        self.threshold.set(policy.route_threshold_tokens)
+        active = policy.length_limit_active(now)
+        self.length_limit.set((policy.length_limit_tokens or 0) if active else 0)
+        self.length_limit_idle.set(length_limit.idle_s(policy, now) or 0.0)

@@ -95,6 +95,7 @@ class EngineCore:
         self.xid_last = 0
         self.ecc_dbe = 0
         self.busy = BusyWindow()
+        self.busy_s_total = 0.0  # seconds spent stepping since start (a GPU's utilisation over any window)
         self.seen_batch_classes: set[int] = set()  # batch classes that ran eagerly since the start
         self.step_count = 0
         self.last_progress = now
@@ -229,6 +230,7 @@ class EngineCore:
         """Apply a finished step at time `now` (its end): emit tokens, finish requests, record metrics."""
         self.step_count += 1
         self.busy.add(now, step.cost)
+        self.busy_s_total += step.cost.duration_s
         if self.step_observer is not None:
             self.step_observer(now, step.cost)
         m = self.metrics

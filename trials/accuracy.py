@@ -4,8 +4,8 @@
 its workload routed by prompt length, applies the incident timeline at its virtual times, and every
 `eval_every_s` runs `doctor.cycle.run_cycle`, the cycle `doctor diagnose` runs, with only its I/O substituted:
 
-- the engines are `EngineRef`s named `http://<engine>.sim` (trials.sim_io), read over an `httpx.MockTransport`
-  that answers
+- the engines are `EngineRef`s named `http://<engine>.sim` (trials.sim_io), read over the `SimNetwork`'s
+  `httpx.MockTransport`, which answers
   /metrics, /health, /version, /v1/models from the harness (404 for /server_info, as vLLM without dev mode),
   and refuses the connection once the engine's API server would have exited (`ScenarioHarness.shut_down`);
   each engine's dcgm-exporter (`http://<engine>.dcgm.sim/metrics`) answers `h.gpu_text`;
@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from doctor.cycle import run_cycle
 from doctor.engines import EngineRef, Role
 from doctor.plan import Plan
@@ -43,7 +41,7 @@ from trials.scenario import (
     available_playbooks,
     engine_config,
 )
-from trials.sim_io import LogFiles, dcgm_url, engine_url, handler
+from trials.sim_io import LogFiles, SimNetwork, dcgm_url, engine_url
 
 __all__ = ["WARMUP_S", "Evaluation", "FalsePositive", "ScenarioHarness", "ScenarioResult", "run_in_harness"]
 
@@ -59,15 +57,17 @@ def plan_for(h: ScenarioHarness, scenario: Scenario, state_dir: Path, logs: LogF
     engines = tuple(EngineRef(name=e.name, role=_role(e.role), url=engine_url(e.name), log=str(logs.path(e.name)),
                               dcgm=dcgm_url(e.name), config=engine_config(e.argv, e.env))
                     for e in scenario.engines)
-    transport = httpx.MockTransport(functools.partial(handler, h))
+    net = SimNetwork(h)
+    for e in scenario.engines:
+        net.register(engine_url(e.name), e.name)
 
     async def sleep(seconds: float) -> None:
         h.run_until(h.now + seconds)
         logs.append()  # what the engines printed meanwhile is in their files when the cycle scans them
 
     return Plan(engines=engines, state_dir=state_dir, settings=ScenarioSettings(scenario.templates_on),
-                sample_s=sample_s, long_prompt_tokens=scenario.route_threshold, transport=transport,
-                sync_transport=transport, sleep=sleep)
+                sample_s=sample_s, long_prompt_tokens=scenario.route_threshold, transport=net.transport(),
+                sync_transport=net.sync_transport(), sleep=sleep)
 
 
 def run_in_harness(scenario: Scenario, *, seed: int = 0, eval_every_s: float = 30.0,

@@ -111,7 +111,7 @@ def available_playbooks() -> tuple[list[Playbook], list[str]]:
     return list(found.values()), missing
 
 
-def engine_config(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, int]:
+def engine_config(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, int | float]:
     """The limits the doctor's config declares for an engine (doctor.toml carries the engine's flags), as
     `doctor.config.EngineConfig.ref()` hands them to the reading."""
     config, _ = parse_engine_args(list(argv), env=dict(env))

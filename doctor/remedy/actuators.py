@@ -48,12 +48,14 @@ def default_registry(state_dir: Path, *, gpu_pool: Sequence[int] | None = None,
                      dcgm_urls: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None,
                      clock: Callable[[], float] = time.time, transport: httpx.AsyncBaseTransport | None = None,
                      sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                     launcher: LauncherFactory | None = None) -> Registry:
+                     launcher: LauncherFactory | None = None,
+                     sync_transport: httpx.BaseTransport | None = None) -> Registry:
     """The local stack: router policy API, vLLM admin endpoints, local processes. `transport` (default: the
     network) is what the router and admin actuators' HTTP goes through, `sleep` their wait between polls,
-    `launcher` what starts and stops engines (default: local processes)."""
+    `launcher` what starts and stops engines (default: local processes), `sync_transport` what dcgm-exporter
+    reads go through."""
     router = RouterActuator(clock=clock, sleep=sleep)
-    admin = VllmAdminActuator(router=router, dcgm_urls=dcgm_urls, sleep=sleep)
+    admin = VllmAdminActuator(router=router, dcgm_urls=dcgm_urls, sleep=sleep, sync_transport=sync_transport)
     if transport is not None:
         import httpx
 
@@ -62,6 +64,7 @@ def default_registry(state_dir: Path, *, gpu_pool: Sequence[int] | None = None,
 
         router.client_factory = admin.client_factory = client
     starter = launcher(router) if launcher is not None else \
-        LocalLauncher(state_dir, router=router, gpu_pool=gpu_pool, env=env, sleep=sleep)
+        LocalLauncher(state_dir, router=router, gpu_pool=gpu_pool, env=env, sleep=sleep,
+                      client_factory=router.client_factory)
     admin.launcher = starter
     return Registry([router, admin, starter])

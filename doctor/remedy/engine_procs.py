@@ -39,6 +39,32 @@ class Process(Protocol):
 Spawner = Callable[[str, Mapping[str, str], Path], Process]
 
 
+class ProcessTable(Protocol):
+    """What the launcher needs of the engine processes it starts: `EngineProcesses` on this machine; a trial in
+    virtual time substitutes engines of its simulator (trials.sim_procs)."""
+
+    dir: Path
+
+    def adopt(self) -> list[LaunchedEngine]: ...
+
+    def record_for(self, name: str) -> LaunchedEngine | None: ...
+
+    def start(self, name: str, line: str, *, url: str, port: int, gpus: Sequence[int], args: Mapping[str, Any],
+              role: str | None = None) -> LaunchedEngine: ...
+
+    def restart(self, old: LaunchedEngine) -> LaunchedEngine: ...
+
+    async def stop(self, rec: LaunchedEngine) -> None: ...
+
+    def alive(self, rec: LaunchedEngine) -> bool: ...
+
+    def exit_code(self, rec: LaunchedEngine) -> int | None: ...
+
+    def log_tail(self, rec: LaunchedEngine, lines: int = 15) -> str: ...
+
+    def free_port(self, host: str) -> int: ...
+
+
 def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
     """Start `command` through sh, detached: a new session (own process group), output appended to `log`."""
     with open(log, "ab") as out:
@@ -147,8 +173,12 @@ class EngineProcesses:
 
     # ----- processes -----------------------------------------------------------------------------
 
+    def free_port(self, host: str) -> int:
+        """A port nothing listens on at `host` now."""
+        return free_port(host)
+
     def start(self, name: str, line: str, *, url: str, port: int, gpus: Sequence[int],
-              args: Mapping[str, Any]) -> LaunchedEngine:
+              args: Mapping[str, Any], role: str | None = None) -> LaunchedEngine:
         """Start `line` on `gpus` and record it; ActuatorError when it cannot be started."""
         self.dir.mkdir(parents=True, exist_ok=True)
         log = self.dir / f"{name}@{port}.log"
@@ -161,7 +191,8 @@ class EngineProcesses:
             ctime: float | None = psutil.Process(proc.pid).create_time()
         except psutil.Error:
             ctime = None
-        rec = LaunchedEngine(name, proc.pid, port, url, tuple(gpus), line, str(log), dict(args), time.time(), ctime)
+        rec = LaunchedEngine(name, proc.pid, port, url, tuple(gpus), line, str(log), dict(args), time.time(), ctime,
+                             role=role)
         self._save(rec)
         return rec
 

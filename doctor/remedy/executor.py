@@ -52,8 +52,12 @@ class Remediator:
     """One doctor's remediation loop over a state directory."""
 
     def __init__(self, *, config: Any, state_dir: Path, registry: Registry, ctx: ActuatorContext,
-                 clock: Callable[[], float] = time.time, free_gpus: int | None = None) -> None:
+                 clock: Callable[[], float] = time.time, free_gpus: int | None = None,
+                 spare_gpus: Callable[[], int | None] | None = None) -> None:
+        """`free_gpus` fixed, or `spare_gpus` asked before each check (the launcher's pool less what engines
+        use); neither: unknown, and actions that need a free GPU are refused."""
         self.config = config
+        self.spare_gpus = spare_gpus
         self.registry = registry
         self.ctx = ctx
         self.clock = clock
@@ -74,7 +78,8 @@ class Remediator:
         for p in planned:
             rec = p.record(trigger=trigger, now=self.clock())
             rec.before = _values(signals.get(p.engine))
-            decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=self.free_gpus)
+            free = self.free_gpus if self.free_gpus is not None else self.spare_gpus() if self.spare_gpus else None
+            decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=free)
             if decision.mode == "observe":
                 continue
             records.append(rec)

@@ -29,6 +29,7 @@ from doctor.remedy.engine_procs import (
     START_MARK,
     EngineProcesses,
     Process,
+    ProcessTable,
     Spawner,
     free_port,
     popen_spawn,
@@ -56,6 +57,11 @@ LAUNCHER_KINDS: tuple[str, ...] = kinds(actuator="launcher")
 CONTROL_KEYS = frozenset({"reason", "restore", "fallback"})  # action params that are not vLLM arguments
 LOWER_FACTOR = 0.75  # "lower" in a playbook's params: 75% of the current value
 FreeMemory = Callable[[int], "tuple[float, float] | None"]  # GPU index -> (free bytes, total bytes) or unknown
+ClientFactory = Callable[[float], httpx.AsyncClient]  # timeout in seconds -> a client (the network by default)
+
+
+def _network_client(timeout_s: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout_s)
 
 
 def _with_port(url: str, port: int) -> str:
@@ -81,16 +87,28 @@ class LocalLauncher:
                  gpu_pool: Sequence[int] | None = None, free_memory: FreeMemory | None = None,
                  env: Mapping[str, str] | None = None, secret_env: Sequence[str] = SECRET_ENV,
                  health_timeout_s: float = 120.0, stop_grace_s: float = 15.0,
-                 drain_timeout_s: float = 120.0, warm_batches: Sequence[int] = (4, 8, 16),
+                 drain_timeout_s: float = 120.0, retire_timeout_s: float = 600.0,
+                 warm_batches: Sequence[int] = (4, 8, 16),
                  warm_prompt_tokens: Sequence[int] = (512, 1024, 2048),
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self.procs = EngineProcesses(Path(state_dir) / "engines", spawn=spawn, env=env, secret_env=secret_env,
-                                     stop_grace_s=stop_grace_s, sleep=sleep)
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, procs: ProcessTable | None = None,
+                 client_factory: ClientFactory = _network_client,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """I/O passed in: `procs` (default: processes on this machine, recorded under STATE_DIR/engines/), the
+        HTTP client for /health, /load and warm-ups, the clock of its deadlines and the wait between polls."""
+        self.procs: ProcessTable = procs if procs is not None else EngineProcesses(
+            Path(state_dir) / "engines", spawn=spawn, env=env, secret_env=secret_env, stop_grace_s=stop_grace_s,
+            sleep=sleep)
+        self.client_factory = client_factory
+        self.clock = clock
         self.router = router
         self.gpu_pool = None if gpu_pool is None else tuple(gpu_pool)
         self.free_memory = free_memory
         self.health_timeout_s = health_timeout_s
         self.drain_timeout_s = drain_timeout_s
+        # An engine already out of rotation (the old one of a blue/green swap, a removed replica) finishes what it
+        # has before it is stopped, up to this long: waiting costs its GPU for a while, stopping it fails requests
+        # (measured in the efficacy trial: 93 requests of a KV-bound engine still running 120 s after the swap).
+        self.retire_timeout_s = retire_timeout_s
         self.warm_batches, self.warm_prompt_tokens = tuple(warm_batches), tuple(warm_prompt_tokens)
         self.sleep = sleep
 
@@ -109,13 +127,18 @@ class LocalLauncher:
         merged = {**target.args, **args}
         line = self.command(target, port=port, gpus=gpus, args=merged)
         return self.procs.start(target.name, line, url=_with_port(target.url, port), port=port, gpus=gpus,
-                                args=merged)
+                                args=merged, role=target.role)
 
     async def stop(self, rec: LaunchedEngine) -> None:
         """SIGTERM to the engine's process group, SIGKILL after the grace period; its records removed."""
         await self.procs.stop(rec)
 
     # ----- GPUs ----------------------------------------------------------------------------------
+
+    def free_gpu_count(self, ctx: ActuatorContext) -> int | None:
+        """How many GPUs a new engine could start on now; None when no pool is known (never assumed)."""
+        pool = self.gpu_pool if self.gpu_pool is not None else tuple(ctx.bounds.get("gpu_pool", ()) or ())
+        return len(self.spare_gpus(ctx)) if pool else None
 
     def spare_gpus(self, ctx: ActuatorContext, bytes_ratio: float = 0.9) -> list[int]:
         """GPUs in the pool that no engine uses and (when a reading exists) have `bytes_ratio` of memory free."""
@@ -172,8 +195,8 @@ class LocalLauncher:
 
     async def wait_healthy(self, rec: LaunchedEngine) -> None:
         """Until /health answers 200; ActuatorError (with the log's tail) when it exits or times out."""
-        deadline = time.monotonic() + self.health_timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        deadline = self.clock() + self.health_timeout_s
+        async with self.client_factory(2.0) as client:
             while True:
                 if not self.procs.alive(rec):
                     code = self.procs.exit_code(rec)
@@ -182,17 +205,18 @@ class LocalLauncher:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(rec.url + "/health")).status_code == 200:
                         return
-                if time.monotonic() > deadline:
+                if self.clock() > deadline:
                     raise ActuatorError(f"{rec.name}: the new engine never became healthy within "
                                         f"{self.health_timeout_s:g}s; command: {redact(rec.command)}\n"
                                         f"log tail:\n{self.procs.log_tail(rec)}")
                 await self.sleep(0.1)
 
-    async def _engine_idle(self, url: str) -> bool:
-        """Wait (bounded) until the engine's /load is 0 twice in a row (or it does not answer)."""
-        deadline = time.monotonic() + self.drain_timeout_s
+    async def _engine_idle(self, url: str, timeout_s: float | None = None) -> bool:
+        """Wait (bounded: `timeout_s`, default the drain timeout) until the engine's /load is 0 twice in a row (or
+        it does not answer)."""
+        deadline = self.clock() + (self.drain_timeout_s if timeout_s is None else timeout_s)
         quiet = 0
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with self.client_factory(2.0) as client:
             while quiet < 2:
                 try:
                     r = await client.get(url + "/load")
@@ -200,15 +224,15 @@ class LocalLauncher:
                 except (httpx.HTTPError, ValueError):
                     busy = False
                 quiet = 0 if busy else quiet + 1
-                if time.monotonic() > deadline:
+                if self.clock() > deadline:
                     return False
                 await self.sleep(0.1)
         return True
 
     async def _warm(self, rec: LaunchedEngine, target: EngineTarget) -> list[str]:
-        async with httpx.AsyncClient(timeout=300.0) as client:
+        async with self.client_factory(300.0) as client:
             return await warm_up(rec.url, client, batches=self.warm_batches, prompt_tokens=self.warm_prompt_tokens,
-                                 max_model_len=rec.args.get("max_model_len") or target.max_model_len)
+                                 max_model_len=rec.args.get("max_model_len") or target.max_model_len, clock=self.clock)
 
     async def _bring_up(self, target: EngineTarget, *, port: int, gpus: Sequence[int],
                         args: Mapping[str, Any]) -> tuple[LaunchedEngine, list[str]]:
@@ -234,7 +258,7 @@ class LocalLauncher:
         rec = self.record_for(target.name)
         if rec is None:
             with contextlib.suppress(httpx.HTTPError):
-                async with httpx.AsyncClient(timeout=2.0) as client:
+                async with self.client_factory(2.0) as client:
                     if (await client.get(target.url.rstrip("/") + "/health")).status_code == 200:
                         raise Refused(f"{target.name} at {target.url} is running but was not started by the doctor's "
                                       f"launcher (no pid file under {self.procs.dir}); it cannot be stopped safely")
@@ -279,7 +303,7 @@ class LocalLauncher:
                           old: LaunchedEngine | None, gpus: list[int]) -> Applied:
         assert self.router is not None
         host = urlsplit(target.url).hostname or "127.0.0.1"
-        port = free_port(host)
+        port = self.procs.free_port(host)
         steps = [f"blue/green: starting {target.name} on port {port}, GPUs {gpus} with {args}"]
         try:
             rec, warm = await self._bring_up(target, port=port, gpus=gpus, args=args)
@@ -293,8 +317,8 @@ class LocalLauncher:
             raise ActuatorError(f"{target.name}: swapping the new engine in at the router failed ({exc}); the new "
                                 "engine was stopped and the old one stayed in service") from None
         steps.append(f"router: {target.name} now {rec.url} (was {target.url})")
-        if not await self._engine_idle(target.url.rstrip("/")):
-            steps.append(f"the old engine still had requests after {self.drain_timeout_s:g}s; stopping it anyway")
+        if not await self._engine_idle(target.url.rstrip("/"), self.retire_timeout_s):
+            steps.append(f"the old engine still had requests after {self.retire_timeout_s:g}s; stopping it anyway")
         if old is not None:
             await self.stop(old)
             steps.append(f"stopped the old engine (pid {old.pid})")
@@ -357,7 +381,7 @@ class LocalLauncher:
         existing = {r.name for r in self.adopt()}
         name = next(f"{target.name}-r{i}" for i in range(2, 1000) if f"{target.name}-r{i}" not in existing)
         host = urlsplit(target.url).hostname or "127.0.0.1"
-        replica = replace(target, name=name, url=_with_port(target.url, free_port(host)), gpus=(),
+        replica = replace(target, name=name, url=_with_port(target.url, self.procs.free_port(host)), gpus=(),
                           args=dict(target.args))
         rec, warm = await self._bring_up(replica, port=urlsplit(replica.url).port or 0, gpus=spare[:tp], args={})
         try:
@@ -376,7 +400,8 @@ class LocalLauncher:
             await self.router.remove_upstream(ctx, name)
             steps.append(f"router: removed {name}")
         if rec is not None:
-            await self._engine_idle(rec.url)
+            if not await self._engine_idle(rec.url, self.retire_timeout_s):
+                steps.append(f"{name} still had requests after {self.retire_timeout_s:g}s; stopping it anyway")
             await self.stop(rec)
             steps.append(f"stopped {name} (pid {rec.pid})")
         return Applied(None, tuple(steps))

@@ -147,6 +147,7 @@ class LaunchedEngine:
     args: dict[str, Any] = field(default_factory=dict)
     started_at: float = 0.0
     create_time: float | None = None  # psutil's, to tell a reused pid apart
+    role: str | None = None  # hot | cold: a replica is read and judged in its engine's role
 
     @property
     def key(self) -> str:

@@ -11,11 +11,12 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from doctor.config import DoctorConfig
+from doctor.engines import EngineRef
 from doctor.remedy.actuators import default_registry
 from doctor.remedy.executor import Remediator
 from doctor.remedy.model import ActuatorContext, EngineTarget
@@ -26,19 +27,27 @@ if TYPE_CHECKING:
     from doctor.remedy.actuators import LauncherFactory
 
 
+LAUNCH_ARGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size",
+               "gpu_memory_utilization")
+
+
 def actuator_context(config: DoctorConfig, state_dir: Path, *, router_url: str | None = None,
-                     environ: Mapping[str, str] | None = None) -> ActuatorContext:
-    """Engines, router and templates as the actuators see them; the token is read here and never logged."""
+                     environ: Mapping[str, str] | None = None,
+                     engines: Sequence[EngineRef] | None = None) -> ActuatorContext:
+    """Engines, router and templates as the actuators see them; the token is read here and never logged.
+    `engines`: the cycle's (flags and config merged, where the launcher's records say they run now); default the
+    config's."""
     env = os.environ if environ is None else environ
-    engines = {}
-    for e in config.engines:
-        args = {k: v for k, v in dataclasses.asdict(e).items()
-                if k in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "tensor_parallel_size",
-                         "gpu_memory_utilization") and v is not None}
-        engines[e.name] = EngineTarget(name=e.name, role=e.role, url=e.url, launcher=e.launcher, gpus=e.gpus,
-                                       max_model_len=e.max_model_len, args=args, dcgm=e.dcgm)
+    refs = [e.ref() for e in config.engines] if engines is None else list(engines)
+    targets = {}
+    for e in refs:
+        args = {k: v for k, v in e.config.items() if k in LAUNCH_ARGS}
+        max_len = e.config.get("max_model_len")
+        targets[e.name] = EngineTarget(name=e.name, role=e.role, url=e.url, launcher=e.launcher, gpus=e.gpus,
+                                       max_model_len=int(max_len) if max_len else None, args=dict(args),
+                                       dcgm=e.dcgm)
     bounds = dataclasses.asdict(config.bounds)
-    return ActuatorContext(engines=engines, state_dir=state_dir, router_url=router_url or config.router.url,
+    return ActuatorContext(engines=targets, state_dir=state_dir, router_url=router_url or config.router.url,
                            router_token=config.router.token(env), templates=tuple(config.templates.prompts),
                            bounds=bounds, timeout_s=config.request_timeout_s)
 
@@ -47,10 +56,16 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
                environ: Mapping[str, str] | None = None, clock: Callable[[], float] = time.time,
                transport: httpx.AsyncBaseTransport | None = None,
                sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-               launcher: LauncherFactory | None = None) -> Remediator:
-    ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ)
-    pool = sorted({g for e in config.engines for g in e.gpus})
-    dcgm = {e.name: e.dcgm for e in config.engines if e.dcgm}
+               launcher: LauncherFactory | None = None, sync_transport: httpx.BaseTransport | None = None,
+               engines: Sequence[EngineRef] | None = None) -> Remediator:
+    """The remediator over `engines` (default: the config's), with the I/O given (default: the network, local
+    processes, this machine's clock)."""
+    ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ, engines=engines)
+    pool = sorted(config.bounds.gpu_pool)  # the engines' own GPUs are never spare: no pool, none known
+    dcgm = {e.name: e.dcgm for e in ctx.engines.values() if e.dcgm}
     registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ, clock=clock,
-                                transport=transport, sleep=sleep, launcher=launcher)
-    return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx, clock=clock)
+                                transport=transport, sleep=sleep, launcher=launcher, sync_transport=sync_transport)
+    starter = registry.by_kind.get("scale_out")
+    count = getattr(starter, "free_gpu_count", None)
+    return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx, clock=clock,
+                      spare_gpus=(lambda: count(ctx)) if count is not None else None)

@@ -58,7 +58,7 @@ def warm_prompt(length: int, salt: int) -> list[int]:
 
 async def warm_up(url: str, client: httpx.AsyncClient, *, batches: Sequence[int] = WARM_BATCHES,
                   prompt_tokens: Sequence[int] = WARM_PROMPT_TOKENS, max_model_len: int | None = None,
-                  max_tokens: int = 2) -> list[str]:
+                  max_tokens: int = 2, clock: Callable[[], float] = time.monotonic) -> list[str]:
     """Requests at each batch size x prompt length (concurrent within a batch); ActuatorError on any failure."""
     model, served_len = await served_model(client, url)
     limit = max_model_len or served_len
@@ -77,7 +77,7 @@ async def warm_up(url: str, client: httpx.AsyncClient, *, batches: Sequence[int]
                 if model:
                     body["model"] = model
                 bodies.append(body)
-            started = time.monotonic()
+            started = clock()
             results = await asyncio.gather(*(client.post(url + "/v1/completions", json=b) for b in bodies),
                                            return_exceptions=True)
             for r in results:
@@ -87,7 +87,7 @@ async def warm_up(url: str, client: httpx.AsyncClient, *, batches: Sequence[int]
                 if r.status_code != 200:
                     raise ActuatorError(f"warm-up of {url} failed at batch {batch} x {length} tokens: "
                                         f"HTTP {r.status_code}: {_err_text(r)}")
-            steps.append(f"warm-up {batch}x{length} tokens: {time.monotonic() - started:.2f}s")
+            steps.append(f"warm-up {batch}x{length} tokens: {clock() - started:.2f}s")
     return steps
 
 
@@ -123,8 +123,14 @@ class VllmAdminActuator:
     def __init__(self, *, router: RouterActuator | None = None, launcher: Launcher | None = None,
                  client_factory: ClientFactory = _default_client, fb_reader: FbReader | None = None,
                  dcgm_urls: Mapping[str, str] | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 clock: Callable[[], float] = time.monotonic,
+                 sync_transport: httpx.BaseTransport | None = None) -> None:
+        """I/O passed in: the HTTP clients (engine admin endpoints; dcgm-exporter through `sync_transport`, default
+        the network), the clock of the drain's deadline and the wait between polls."""
         self.router = router
+        self.clock = clock
+        self.sync_transport = sync_transport
         self.launcher = launcher
         self.client_factory = client_factory
         self.dcgm_urls = dict(dcgm_urls or {})
@@ -224,7 +230,7 @@ class VllmAdminActuator:
             return None
 
         def read() -> float:
-            with httpx.Client(timeout=5.0) as client:
+            with httpx.Client(timeout=5.0, transport=self.sync_transport) as client:
                 return engine_fb_bytes(DcgmSource(url, client).read(list(target.gpus) or None))
 
         try:
@@ -241,14 +247,14 @@ class VllmAdminActuator:
     async def _wait_drained(self, client: httpx.AsyncClient, target: EngineTarget, ctx: ActuatorContext,
                             timeout_s: float) -> bool:
         assert self.router is not None
-        deadline = time.monotonic() + timeout_s
+        deadline = self.clock() + timeout_s
         if not await self.router.wait_idle(ctx, target.name, timeout_s):
             return False
         while True:  # requests sent to the engine directly, not through the router
             r = await self._engine_get(client, target.url.rstrip("/") + "/load")
             if r is None or r.status_code != 200 or int(r.json().get("server_load", 0)) == 0:
                 return True
-            if time.monotonic() > deadline:
+            if self.clock() > deadline:
                 return False
             await self.sleep(0.05)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from doctor.config import DoctorConfig, load_config, merge_flags
+from doctor.config import DoctorConfig, load_config
+from doctor.config_merge import merge_flags
 from doctor.config_schema import ConfigError, line_index
 from doctor.engines import engines_from_flags
 from doctor.pipeline import PlaybookSettings
@@ -72,7 +73,8 @@ def test_example_loads_with_the_seed_values() -> None:
     assert not cfg.in_maintenance(datetime(2025, 6, 8, 3, 0, tzinfo=UTC))
     refs = cfg.engine_refs()
     assert [r.name for r in refs] == ["hot", "cold"]
-    assert refs[0].config == {"max_num_seqs": 8, "max_num_batched_tokens": 5120, "max_model_len": 8192}
+    assert refs[0].config == {"max_num_seqs": 8, "max_num_batched_tokens": 5120, "max_model_len": 8192,
+                              "gpu_memory_utilization": 0.85}  # no longer dropped on the way to the remediator
     assert refs[0].log == "/var/log/vllm/hot.log" and refs[0].launcher == hot.launcher
     cmd = hot.launch_command("/tmp/state", max_num_seqs=6)
     assert cmd.startswith("CUDA_VISIBLE_DEVICES=0 vllm serve") and "--port 8001" in cmd

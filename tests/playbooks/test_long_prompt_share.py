@@ -78,3 +78,23 @@ def test_evaluate_reports_only_after_for_s() -> None:
     findings = evaluate([v], state, now=1000.0 + PLAYBOOK.for_s, playbooks=[PLAYBOOK])
     assert [(f.playbook, f.severity) for f in findings] == [("long_prompt_share", "warning")]
     assert findings[0].remedies[0].kind == "set_route_threshold"
+
+
+def test_the_hot_cold_boundary_is_one_setting() -> None:
+    """A deployment with a 1024-token boundary (`long_prompt_tokens`) was told "47% of hot prompts >= 5120
+    tokens": the share was computed at the config's boundary and the text at the playbook's own default."""
+    from dataclasses import replace as dc_replace
+
+    from doctor.config import DoctorConfig
+    from doctor.diagnose import parse_options
+
+    config = DoctorConfig(long_prompt_tokens=1024)
+    v = dc_replace(view({"long_prompt_share": 0.47}), params={**PLAYBOOK.defaults, **config.params_for(PLAYBOOK.id,
+                                                                                                       "hot")})
+    cond = PLAYBOOK.check(v)
+    assert cond is not None and cond.summary == "47% of hot prompts >= 1024 tokens"
+    assert "1024" in cond.evidence[0].note and "5120" not in cond.evidence[0].note
+    # the flag sets the same one setting, with or without a config file
+    opts = parse_options(["--engine", "hot=http://127.0.0.1:1", "--long-prompt-tokens", "1024"])
+    assert opts.long_prompt_tokens == 1024 and opts.settings.params_for(PLAYBOOK.id, "hot")[
+        "route_threshold_tokens"] == 1024

@@ -14,7 +14,7 @@ DURATION_S = 1200.0  # as bench/remediation_efficacy.py runs it: long enough for
 
 
 def _taken(actions: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [a for a in actions if a["status"] != "refused" and a["trigger"] == "auto"]
+    return [a for a in actions if a["status"] != "refused" and a["trigger"] == "trial"]
 
 
 def test_a_run_keeps_the_shipped_cooldown() -> None:
@@ -32,7 +32,7 @@ def test_a_run_keeps_the_shipped_cooldown() -> None:
 def test_the_config_given_is_the_one_the_run_keeps() -> None:
     config = replace(DoctorConfig(), cooldown_s=600.0, hourly_action_budget=1)
     run = eff.run(get_scenario("fragmentation"), seed=0, mode="auto", duration_s=DURATION_S, config=config)
-    defrag = [a for a in run.actions if a["action"] == "defragment" and a["trigger"] == "auto"]
+    defrag = [a for a in run.actions if a["action"] == "defragment" and a["trigger"] == "trial"]
     assert len(_taken(defrag)) == 1, defrag
     # 600 s after the first, out of the cooldown this config sets, it is tried again: the budget of 1 refuses it.
     again = [a for a in defrag if a["status"] == "refused"]

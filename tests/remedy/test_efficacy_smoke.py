@@ -1,15 +1,24 @@
-"""Smoke test of the remediation efficacy bench: one short paired run, and the virtual router's policy semantics."""
+"""Smoke test of the remediation efficacy bench (the doctor's own cycle over the trial's deployment): one short
+paired run, the virtual router's policy semantics, and the launcher's actions on the harness's process table."""
 
 from __future__ import annotations
 
+import asyncio
 import math
-import re
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
+from doctor.cycle import run_cycle
+from doctor.remedy.router_actuator import RouterActuator
+from doctor.remedy.setup import actuator_context
+from playbooks.model import Action
 from router.policy import initial_policy, with_upstream_state
 from sim.scenarios import get_scenario
 from sim.workload import RequestSpec
 from trials import efficacy as eff
+from trials.scenario import WARMUP_S
+from trials.sim_io import SimNetwork
 
 
 def _finite(v: object) -> bool:
@@ -45,10 +54,13 @@ def test_long_prompt_storm_pair_runs_and_the_doctor_acts() -> None:
 
 def test_virtual_router_length_limit_queue_and_fairness() -> None:
     h = eff.EfficacyHarness(seed=1)
+    net = SimNetwork(h)
     h.add_engine("hot", ["m", "--max-num-seqs", "4"], env={"CUDA_VISIBLE_DEVICES": "0"})
     h.add_engine("cold", ["m", "--max-model-len", "32768"], env={"CUDA_VISIBLE_DEVICES": "1"})
+    for name in ("hot", "cold"):
+        net.register(eff.engine_url(name), name)
     pol = initial_policy([eff.engine_url("hot")], [eff.engine_url("cold")], max_in_flight=2)
-    router = eff.VirtualRouter(h, replace(pol, length_limit_tokens=8192, length_limit_expires_at=h.now + 5.0))
+    router = eff.VirtualRouter(h, net, replace(pol, length_limit_tokens=8192, length_limit_expires_at=h.now + 5.0))
     specs = [RequestSpec(i, 0.0, 1000 - i * 100, 8, False) for i in range(5)]
     outs = [router.submit(s, h.now) for s in specs]
     big = router.submit(RequestSpec(9, 0.0, 9000, 8, True), h.now)
@@ -101,41 +113,70 @@ def test_capacity_probe_measures_what_the_doctor_left_behind() -> None:
     assert no_probe.probe == [] and eff.measure(no_probe)["capacity_qps"] is None
 
 
-def test_a_replica_the_doctor_removed_is_no_longer_read_nor_reported_down() -> None:
-    from trials.efficacy.reading import Observer
-
+def test_a_replica_the_launcher_added_is_read_in_its_role_and_one_it_removed_is_not_reported_down() -> None:
+    """The cycle reads the engines the launcher's process table holds (doctor.launched): a replica it started is
+    judged as a hot engine; once stopped it is neither read nor reported down."""
     sc = get_scenario("qps_surge")
     h = eff.EfficacyHarness(seed=0)
-    for e in sc.engines:
-        h.add_engine(e.name, sc.argv_for(e.name, 0), env=dict(e.env))
-    observer = Observer(h, sc)
-    argv, env = list(sc.argv_for("hot", 0)), {"CUDA_VISIBLE_DEVICES": "2"}
-    h.add_engine("hot-2", argv, env=env)
-    observer.watch("hot-2", "hot", argv, env, True)
-    h.run_for(5.0)
-    assert [r.name for r in observer.read(5.0)] == ["hot", "cold", "hot-2"]
-    h.engines["hot-2"].core.kill(h.now, "replica removed by the doctor")
-    observer.watch("hot-2", None, (), {}, True)
-    h.run_for(5.0)
-    assert [r.name for r in observer.read(5.0)] == ["hot", "cold"]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = eff.deploy(h, sc, seed=0, tmp=Path(tmp), gpus=4)
+        h.run_until(h.start + WARMUP_S)
+        [hot] = [e for e in d.config.engines if e.name == "hot"]
+        assert hot.launcher is not None
+        rec = d.procs.start("hot-r2", hot.launcher.format(port=40100), url=eff.engine_url("hot", 40100), port=40100,
+                            gpus=(2,), args={}, role="hot")
+        h.run_for(300.0)  # its modelled start-up
+        plan = d.plan(fix=False)
+        report = asyncio.run(run_cycle(plan, clock=lambda: h.now)).report
+        read = {e["name"]: e for e in report["engines"]}
+        assert set(read) == {"hot", "cold", "hot-r2"} and read["hot-r2"]["reachable"], report["engines"]
+        assert read["hot-r2"]["role"] == "hot"
+        asyncio.run(d.procs.stop(rec))
+        report = asyncio.run(run_cycle(plan, clock=lambda: h.now)).report
+        assert {e["name"] for e in report["engines"]} == {"hot", "cold"}
+        assert not [f for f in report["findings"] if f["playbook"] == "engine_down"], report["findings"]
 
 
 def test_relaunch_is_blue_green_on_a_spare_gpu_and_drops_nothing() -> None:
-    # five GPUs: judged over 60 s windows the new replica's queue adds a second one (hot-3) as the KV relaunch is
-    # proposed, and with four GPUs that leaves none spare, so the relaunch goes in place (drain, stop, start)
-    run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto", gpus=5)
+    run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto")
     [relaunch] = [a for a in run.actions if a["action"] == "relaunch"]
-    assert relaunch["params"] == {"gpu_memory_utilization": 0.9}
+    assert relaunch["params"] == {"gpu_memory_utilization": 0.9} and relaunch["playbook"] == "kv_pressure"
     steps = " | ".join(relaunch["steps"])
-    started = re.search(r"blue/green: start (hot-b\d+) on GPU", steps)
-    assert started is not None, steps
-    new = started.group(1)
-    assert f"swap: {new} in, hot draining" in steps
-    assert "hot" in {o.upstream for o in run.outcomes if o.result == "ok"}  # the old one served until the swap
+    assert "blue/green: starting hot on port 4" in steps, steps
+    assert "router: hot now http://hot.sim:4" in steps and "(was http://hot.sim:8000)" in steps, steps
+    served_by = {o.engine for o in run.outcomes if o.result == "ok" and o.upstream == "hot"}
+    assert "hot" in served_by and any(k.startswith("hot@4") for k in served_by if k), served_by  # old, then new
     assert all(o.result != "failed" for o in run.outcomes)  # nothing dropped by the swap
 
 
-def test_a_storm_that_ends_has_its_limit_lifted_as_the_real_doctor_would() -> None:
+def test_an_in_place_relaunch_serves_after_the_modelled_start_up_in_virtual_time() -> None:
+    """The doctor's launcher without a spare GPU: drain at the router, stop, start (the new process pays its
+    modelled start-up, sim.startup, before /health answers), warm up, resume; all in virtual time."""
+    sc = get_scenario("kv_pressure")
+    h = eff.EfficacyHarness(seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = eff.deploy(h, sc, seed=0, tmp=Path(tmp), gpus=2)
+        h.run_until(h.start + WARMUP_S)
+        transport = d.net.transport()
+        import httpx
+
+        router = RouterActuator(client_factory=lambda t: httpx.AsyncClient(transport=transport, timeout=t),
+                                clock=lambda: h.now, sleep=d.sleep)
+        launcher = d.launcher(router)
+        ctx = actuator_context(d.config, d.state_dir, engines=[e.ref() for e in d.config.engines])
+        started = h.now
+        applied = asyncio.run(launcher.apply(Action("relaunch", "hot", {"max_num_seqs": 8}), ctx))
+        took = h.now - started
+    steps = " | ".join(applied.steps)
+    assert applied.steps[0].startswith("router: hot draining"), steps
+    assert "stopped hot (pid" in steps and "started hot (pid" in steps and applied.steps[-1] == "router: hot active"
+    assert applied.changed["url"] == eff.engine_url("hot", 8000)  # in place: the same port
+    startup = h.engines["hot"].core.startup.total_s
+    assert startup > 0 and took >= startup, (took, startup)
+    assert h.engines["hot"].core.config.max_num_seqs == 8
+
+
+def test_a_storm_that_ends_has_its_limit_lifted_by_the_doctor() -> None:
     sc = get_scenario("long_prompt_storm")
     storm = sc.phases[0]
     short = replace(sc, phases=(replace(storm, workload=replace(storm.workload, duration_s=150.0)),))
@@ -150,20 +191,3 @@ def test_a_storm_that_ends_has_its_limit_lifted_as_the_real_doctor_would() -> No
     lift_at = max(t for t, c in run.policy_changes if "length_limit_tokens" in c)
     later = [o for o in run.outcomes if o.sent - run.t0 > lift_at and o.cls == "long"]
     assert all(o.result != "rejected" for o in later)
-
-
-def test_a_relaunched_engine_serves_after_its_modelled_start_up_in_virtual_time() -> None:
-    """The new process serves once its start-up (sim.startup) has passed after it started, is warmed up (3 groups
-    2 s apart) and in effect SETTLE_S later. Here without spare GPUs: drain (up to DRAIN_TIMEOUT_S), stop, start."""
-    from sim.harness import Harness
-    from trials.efficacy.engine_ops import DRAIN_TIMEOUT_S
-
-    run = eff.run(get_scenario("kv_pressure"), seed=0, mode="auto")
-    [relaunch] = [a for a in run.actions if a["action"] == "relaunch"]
-    [start] = [s for s in relaunch["steps"] if "; start " in s]  # "stop hot; start ARGS" (after "drain hot")
-    argv = start.split("; start ", 1)[1].split()
-    plan = Harness().add_engine("x", [get_scenario("kv_pressure").argv_for("hot", 0)[0], *argv],
-                                starting=True).core.startup
-    took = relaunch["effective_s"] - relaunch["t_s"]
-    assert relaunch["steps"][0] == "drain hot", relaunch["steps"]
-    assert plan.total_s + 6.0 + 5.0 <= took < plan.total_s + 6.0 + 5.0 + 15.0 + DRAIN_TIMEOUT_S

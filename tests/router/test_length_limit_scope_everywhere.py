@@ -6,16 +6,23 @@ scope the real router actuator sets (params.client / params.model)."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 import pytest
 from router_helpers import change, engine, prompt, router
 
+from doctor.config import DoctorConfig
+from doctor.remedy.model import ActuatorContext, EngineTarget
+from doctor.remedy.router_actuator import RouterActuator
 from playbooks.model import Action
 from router.policy import Policy, initial_policy
 from sim.workload import RequestSpec
 from trials import efficacy as eff
+from trials.sim_io import SimNetwork
 
 LIMIT, LONG = 100, 500  # a long prompt is over the limit and still under the route threshold (hot)
 # (limit's client, limit's model), (request's client, request's model), refused with 413
@@ -44,10 +51,13 @@ def test_the_real_router_refuses_only_the_limits_scope() -> None:
 
 def _virtual() -> tuple[eff.EfficacyHarness, eff.VirtualRouter]:
     h = eff.EfficacyHarness(seed=1)
+    net = SimNetwork(h)
     h.add_engine("hot", ["m"], env={"CUDA_VISIBLE_DEVICES": "0"})
     h.add_engine("cold", ["m", "--max-model-len", "32768"], env={"CUDA_VISIBLE_DEVICES": "1"})
-    return h, eff.VirtualRouter(h, initial_policy([eff.engine_url("hot")], [eff.engine_url("cold")],
-                                                  route_threshold_tokens=1000))
+    for name in ("hot", "cold"):
+        net.register(eff.engine_url(name), name)
+    return h, eff.VirtualRouter(h, net, initial_policy([eff.engine_url("hot")], [eff.engine_url("cold")],
+                                                       route_threshold_tokens=1000))
 
 
 @pytest.mark.parametrize(("scope", "request_of", "refused"), CASES)
@@ -65,10 +75,17 @@ def test_the_virtual_router_refuses_only_the_limits_scope(scope: tuple[str | Non
     assert vr.length_limit.refusals_total == int(refused)
 
 
-def test_a_scoped_length_limit_action_keeps_its_scope_in_the_virtual_run() -> None:
+def test_a_scoped_length_limit_action_keeps_its_scope_in_the_virtual_run(tmp_path: Path) -> None:
+    """The doctor's own RouterActuator, over the trial's network, sets the scope on the virtual router."""
     h, vr = _virtual()
-    eff.apply_router_action(vr, h, Action("length_limit", "router",
-                                          {"max_tokens": LIMIT, "expires_in_s": 600, "model": "model-a"}))
+    transport = vr.net.transport()
+    actuator = RouterActuator(client_factory=lambda t: httpx.AsyncClient(transport=transport, timeout=t),
+                              clock=lambda: h.now)
+    ctx = ActuatorContext(engines={n: EngineTarget(n, n, eff.engine_url(n)) for n in ("hot", "cold")},
+                          state_dir=tmp_path, router_url=eff.ROUTER_URL,
+                          bounds=dataclasses.asdict(DoctorConfig().bounds))
+    asyncio.run(actuator.apply(Action("length_limit", "router",
+                                      {"max_tokens": LIMIT, "expires_in_s": 600, "model": "model-a"}), ctx))
     assert (vr.policy.length_limit_tokens, vr.policy.length_limit_model) == (LIMIT, "model-a")
     mine = vr.submit(RequestSpec(0, 0.0, LONG, 4, False), h.now, model="model-a")
     theirs = vr.submit(RequestSpec(1, 0.0, LONG, 4, False), h.now, model="model-b")

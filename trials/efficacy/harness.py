@@ -61,7 +61,8 @@ class Outcome:
     spec: RequestSpec
     sent: float
     role: str | None = None
-    upstream: str | None = None
+    upstream: str | None = None  # the router's upstream name
+    engine: str | None = None  # the harness engine (process) that served it
     rejected: int | None = None  # HTTP status the router answered itself (413, 429, 503)
     record: ClientRecord | None = None
     client: str = ""  # the client id the router sees (X-Client-Id or the body's "user")

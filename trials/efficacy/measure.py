@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from sim.loadgen_summary import percentile as linear_percentile
 from trials.efficacy.harness import Outcome, ttft_slo_s
 from trials.efficacy.result import RunResult
 
@@ -14,14 +15,8 @@ PEAK_WINDOW_S = 10.0  # peak QPS: the most completions (within SLO, for goodput)
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100); None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """Linear-interpolated percentile (q in 0..100, sim.loadgen_summary.percentile); None for no values."""
+    return linear_percentile(values, q) if values else None
 
 
 def _class_stats(outs: Sequence[Outcome]) -> dict[str, Any]:
@@ -88,7 +83,23 @@ def measure(run: RunResult, *, onset_s: float | None = None) -> dict[str, Any]:
         "time_to_detect_s": None if detect is None else detect - onset,
         "time_to_fix_s": (min(fixed) - onset) if fixed else None,
         "time_to_recover_s": recover,
+        "demand_rps": len(sent) / span,
+        "goodput_of_demand": (sum(o.good for o in sent) / len(sent)) if sent else None,
+        "short_goodput_share_before": _class_stats([o for o in run.outcomes if o.sent - run.t0 < onset
+                                                    and o.cls == "short"])["goodput_share"],
+        **_cost(run, len(ok_done)),
     }
+
+
+def _cost(run: RunResult, served: int) -> dict[str, Any]:
+    """GPU-seconds per successful request and the spread of the engines' utilisation, over the incident window
+    (the seed: $0.0023 -> $0.0014 per request, utilisation 50-90% -> 75-81%)."""
+    usage = run.usage
+    if not usage:
+        return {"gpu_s_per_request": None, "gpu_util_min": None, "gpu_util_max": None}
+    util = list(usage.get("util", {}).values())
+    return {"gpu_s_per_request": usage["gpu_s"] / served if served else None,
+            "gpu_util_min": min(util) if util else None, "gpu_util_max": max(util) if util else None}
 
 
 def _capacity(run: RunResult, cls: str | None = None) -> float | None:

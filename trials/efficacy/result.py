@@ -31,3 +31,4 @@ class RunResult:
     policy_changes: list[tuple[float, str]] = field(default_factory=list)
     probe: list[Outcome] = field(default_factory=list)  # the capacity probe's requests (none unless asked)
     probe_rates: tuple[float, float] = (0.0, 0.0)  # its arrival rate at the start and at the end, req/s
+    usage: dict[str, Any] = field(default_factory=dict)  # over the incident window: gpu_s, util per engine process
