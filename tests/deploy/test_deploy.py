@@ -408,3 +408,22 @@ def test_cron_command_runs_and_skips_while_a_run_holds_the_lock(tmp_path: Path) 
     assert skipped.returncode == 0 and (tmp_path / "stderr.txt").read_text() == ""  # quiet
     assert (state / "diagnose-last.json").read_text() == first  # the last report is left alone
     assert not (state / "diagnose-last.json.tmp").exists()
+
+
+# ---------------------------------------------------------------- the runbook
+
+
+def test_runbook_names_the_files_the_doctor_writes_and_the_files_shipped() -> None:
+    from doctor.config import DoctorConfig
+    from doctor.remedy.guardrails import STATE_FILE
+    from doctor.remedy.journal import JOURNAL_FILE
+    from doctor.remedy.queue import STORE_FILE
+
+    text = (DEPLOY / "README.md").read_text()
+    executor = (ROOT / "doctor" / "remedy" / "executor.py").read_text()
+    assert 'state_dir / "audit.jsonl"' in executor and "`audit.jsonl`" in text
+    for name in (JOURNAL_FILE, STORE_FILE, STATE_FILE, "history.json", "playbooks.json", "diagnose-last.json"):
+        assert f"`{name}`" in text, name
+    assert f"touch {DoctorConfig().kill_switch_path(Path(STATE_DIR))}" in text
+    shipped = [n for row in re.findall(r"^\| `([\w/.-]+)`(?:, `([\w/.-]+)`)? \|", text, re.M) for n in row if n]
+    assert len(shipped) == 5 and all((DEPLOY / name).is_file() for name in shipped), shipped
