@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from doctor.config_notify import NotifySettings, notify_settings
 from doctor.config_schema import (
     Checker,
     ConfigError,
@@ -199,6 +200,7 @@ class DoctorConfig:
     escalation: Escalation = Escalation()
     maintenance: tuple[MaintenanceWindow, ...] = ()
     bounds: Bounds = Bounds()
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
@@ -246,7 +248,7 @@ class DoctorConfig:
 # ---------------------------------------------------------------- loading
 
 TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router", "prometheus", "escalation",
-            "maintenance", "bounds")
+            "maintenance", "bounds", "notify")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
                "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
                "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
@@ -332,6 +334,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         prometheus_url=prom.url("url"),
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
         maintenance=tuple(_window(t) for t in root.tables("maintenance")), bounds=bounds,
+        notify=notify_settings(root.sub("notify"), lambda v: _file(v, path)),
     )
 
 
