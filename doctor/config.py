@@ -204,11 +204,9 @@ class DoctorConfig:
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
-        """Threshold overrides: [thresholds.<id>], then [engines.thresholds.<id>] (defaults come from the playbook).
-        The hot/cold boundary is one setting: `long_prompt_tokens` is every playbook's `route_threshold_tokens`
-        unless a [thresholds.<id>] table sets it (the router's own threshold, when read, comes first)."""
-        out: dict[str, float] = {"route_threshold_tokens": float(self.long_prompt_tokens)}
-        out.update(self.thresholds.get(playbook_id, {}))
+        """Threshold overrides: [thresholds.<id>], then [engines.thresholds.<id>] (defaults come from the playbook;
+        `route_threshold_tokens` from `long_prompt_tokens`, doctor.pipeline.run_playbooks)."""
+        out = dict(self.thresholds.get(playbook_id, {}))
         eng = self.engine(engine)
         if eng is not None:
             out.update(eng.thresholds.get(playbook_id, {}))

@@ -65,9 +65,16 @@ def run_playbooks(views: Sequence[EngineView], state: MutableMapping[str, dict[s
                   pending: list[Finding] | None = None) -> list[Finding]:
     """Evaluate every enabled playbook with the config's thresholds (pending conditions into `pending`)."""
     settings = settings or DefaultSettings()
+    boundary = getattr(settings, "long_prompt_tokens", None)
 
     def params(pb: Playbook, engine: str) -> Mapping[str, float]:
-        return settings.params_for(pb.id, engine)
+        # The hot/cold boundary is one setting: `long_prompt_tokens` (which the long-prompt share is computed at)
+        # is every playbook's `route_threshold_tokens` unless a threshold table sets it; the router's own
+        # threshold, when read, comes first (the playbooks' view.value).
+        own = settings.params_for(pb.id, engine)
+        if boundary is not None and "route_threshold_tokens" in pb.defaults and "route_threshold_tokens" not in own:
+            return {**own, "route_threshold_tokens": float(boundary)}
+        return own
 
     def enabled(pb: Playbook, engine: str) -> bool:
         return settings.playbook_enabled(pb.id, engine)

@@ -87,14 +87,16 @@ def test_the_hot_cold_boundary_is_one_setting() -> None:
 
     from doctor.config import DoctorConfig
     from doctor.diagnose import parse_options
+    from doctor.pipeline import run_playbooks
 
     config = DoctorConfig(long_prompt_tokens=1024)
-    v = dc_replace(view({"long_prompt_share": 0.47}), params={**PLAYBOOK.defaults, **config.params_for(PLAYBOOK.id,
-                                                                                                       "hot")})
-    cond = PLAYBOOK.check(v)
-    assert cond is not None and cond.summary == "47% of hot prompts >= 1024 tokens"
-    assert "1024" in cond.evidence[0].note and "5120" not in cond.evidence[0].note
+    state: dict[str, dict[str, Any]] = {}
+    for now in (1000.0, 1030.0, 1000.0 + PLAYBOOK.for_s + 1):  # held past its `for`
+        findings = run_playbooks([dc_replace(view({"long_prompt_share": 0.47}), now=now)], state, now=now,
+                                 settings=config)
+    [f] = [f for f in findings if f.playbook == PLAYBOOK.id]
+    assert f.summary == "47% of hot prompts >= 1024 tokens", f.summary
+    assert "1024" in f.evidence[0].note and "5120" not in f.evidence[0].note
     # the flag sets the same one setting, with or without a config file
     opts = parse_options(["--engine", "hot=http://127.0.0.1:1", "--long-prompt-tokens", "1024"])
-    assert opts.long_prompt_tokens == 1024 and opts.settings.params_for(PLAYBOOK.id, "hot")[
-        "route_threshold_tokens"] == 1024
+    assert opts.long_prompt_tokens == 1024 and opts.settings.long_prompt_tokens == 1024
