@@ -75,7 +75,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     actions: list[dict[str, Any]] = []
     if remediator is not None:
         records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger=plan.trigger,
-                                       yes=plan.yes)
+                                       yes=plan.yes, engine_triggers=plan.engine_triggers)
         records = [*(r for r in reconciled if r.status != "applied"), *records]
         if plan.verify_wait_s > 0 and any(r.status == "applied" for r in records):
             async def reread() -> dict[str, Any]:

@@ -23,7 +23,7 @@ from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
-from doctor.remedy.planner import Planned, plan_all
+from doctor.remedy.planner import Planned, normalise, plan_all
 from doctor.remedy.queue import ActionStore
 from playbooks.model import Action, Finding
 
@@ -66,13 +66,14 @@ class Remediator:
     # ----- planning and applying ---------------------------------------------------------------
 
     async def fix(self, findings: Sequence[Finding], signals: Mapping[str, Signals], *, trigger: str = "cron",
-                  yes: bool = False) -> list[ActionRecord]:
-        """Plan the first remedy of each finding and apply what the mode and guardrails allow."""
+                  yes: bool = False, engine_triggers: Mapping[str, str] | None = None) -> list[ActionRecord]:
+        """Plan the first remedy of each finding and apply what the mode and guardrails allow; a record's trigger
+        is its engine's in `engine_triggers` (the daemon: the alert waiting on it), else `trigger`."""
         # Info findings are chances to do better, not incidents: they are reported, never acted on.
         planned, _skipped = plan_all([f for f in findings if f.severity != "info"])
         records: list[ActionRecord] = []
         for p in planned:
-            rec = p.record(trigger=trigger, now=self.clock())
+            rec = p.record(trigger=(engine_triggers or {}).get(p.engine, trigger), now=self.clock())
             rec.before = _values(signals.get(p.engine))
             decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=self.free_gpus)
             if decision.mode == "observe":
@@ -202,26 +203,39 @@ class Remediator:
         self._page(rec, None, failed=True)
 
     async def reconcile(self, signals: Mapping[str, Signals]) -> list[ActionRecord]:
-        """Finish what a killed doctor left: re-apply begun actions, judge applied ones."""
+        """Finish what a killed doctor left: re-apply begun actions, judge applied ones.
+
+        Each record under its target's lock, re-read from the journal once held: a record another doctor process
+        (cron beside the daemon) is applying now, or finished meanwhile, is left to it.
+        """
         done = []
         for rec in self.journal.unfinished():
-            if rec.status != "applied":
-                action = _action(rec.action)
-                try:
-                    applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
-                except (ActuatorError, Refused) as exc:
-                    self._finish(rec, "failed", f"interrupted, and finishing failed: {exc}")
-                    done.append(rec)
-                    continue
-                rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else rec.inverse
-                self._set(rec, "applied", "interrupted; finished on restart")
-                self.journal.step(rec.id, "applied on restart", status="applied", inverse=rec.inverse)
-                self.audit.write("reconciled", rec)
-            if not rec.before:
-                rec.before = _values(signals.get(rec.engine))
-            await self._judge(rec, signals, final=False)
-            done.append(rec)
+            try:
+                with self.guard.acquire(normalise(_action(rec.action))[1]):
+                    fresh = self.journal.get(rec.id)
+                    if fresh is None or rec.id in self.journal.finished_ids():
+                        continue
+                    done.append(await self._reconcile_one(fresh, signals))
+            except TargetBusy:
+                continue
         return done
+
+    async def _reconcile_one(self, rec: ActionRecord, signals: Mapping[str, Signals]) -> ActionRecord:
+        if rec.status != "applied":
+            action = _action(rec.action)
+            try:
+                applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
+            except (ActuatorError, Refused) as exc:
+                self._finish(rec, "failed", f"interrupted, and finishing failed: {exc}")
+                return rec
+            rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else rec.inverse
+            self._set(rec, "applied", "interrupted; finished on restart")
+            self.journal.step(rec.id, "applied on restart", status="applied", inverse=rec.inverse)
+            self.audit.write("reconciled", rec)
+        if not rec.before:
+            rec.before = _values(signals.get(rec.engine))
+        await self._judge(rec, signals, final=False)
+        return rec
 
     # ----- lifting emergency limits early --------------------------------------------------------
 
