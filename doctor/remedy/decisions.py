@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from doctor.remedy.executor import Remediator, _action
+from doctor.remedy.executor import Remediator, planned_of
 from doctor.remedy.model import ActionRecord
-from doctor.remedy.planner import Planned, normalise, verify_spec
 from doctor.remedy.queue import AmbiguousAction, QueueError, UnknownAction
-from playbooks.model import Finding
 
 COMMANDS = ("approve", "reject", "rollback")
 OK, REFUSED, UNKNOWN = "ok", "refused", "unknown"
@@ -54,10 +52,7 @@ async def _apply_approved(rem: Remediator, record_id: str, who: str) -> Decided:
     rec = rem.store.claim(record_id, who)
     if rec is None:
         return Decided(REFUSED, f"{record_id}: already taken by another run")
-    action, target = normalise(_action(rec.action))
-    finding = Finding(rec.playbook, rec.engine, "warning", 0.5, rec.reason or "approved action", (), (action,),
-                      "", onset=rec.created_at)
-    planned = Planned(finding, action, target, verify_spec(rec.playbook, action.kind))
+    planned = planned_of(rec)
     decision = rem.guard.check(planned, engines_total=max(1, len(rem.ctx.engines)))
     if not decision.allowed:
         rem._end(rec, "refused", decision.reason or "refused by the guardrails", journal=False)

@@ -8,6 +8,7 @@ verified or rolled back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -23,7 +24,7 @@ from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
-from doctor.remedy.planner import Planned, normalise, plan_all
+from doctor.remedy.planner import Planned, normalise, plan_all, verify_spec
 from doctor.remedy.queue import ActionStore
 from playbooks.model import Action, Finding
 
@@ -46,6 +47,14 @@ def _spec(d: Mapping[str, Any] | None) -> VerifySpec | None:
         return None
     return VerifySpec(str(d["signal"]), d["direction"], d.get("target"), d.get("ratio"), float(d.get("within_s", 120)),
                       bool(d.get("keep_on_fail", False)))
+
+
+def planned_of(rec: ActionRecord) -> Planned:
+    """A record's action as a plan again (an approved record, a record a killed doctor left)."""
+    action, target = normalise(_action(rec.action))
+    finding = Finding(rec.playbook, rec.engine, "warning", 0.5, rec.reason or "recorded action", (), (action,),
+                      "", onset=rec.created_at)
+    return Planned(finding, action, target, verify_spec(rec.playbook, action.kind))
 
 
 class Remediator:
@@ -223,6 +232,11 @@ class Remediator:
     async def _reconcile_one(self, rec: ActionRecord, signals: Mapping[str, Signals]) -> ActionRecord:
         if rec.status != "applied":
             action = _action(rec.action)
+            # Killed before its cooldown and budget slot were taken: take them now, as it is applied now (Refused:
+            # taken already, killed after taking them, or spent; it was begun, so it is finished anyway).
+            with contextlib.suppress(Refused):
+                self.guard.record_applied(planned_of(rec), engines_total=max(1, len(self.ctx.engines)),
+                                          record_id=rec.id)
             try:
                 applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
             except (ActuatorError, Refused) as exc:
