@@ -86,7 +86,8 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         window = float(getattr(plan.settings, "length_limit_lift_after_s", 0.0) or 0.0)
         records += await remediator.lift_idle_limits(
             {r.ref.name: r.signals for r in results}, findings,
-            refused_in_window=_refusals_within(history, results, window, now) if history and window else None)
+            refused_in_window=_refusals_within(history, results, window, now) if history and window else None,
+            skip={r.id for r in reconciled})
         actions = [r.report() for r in records]
     readable = any(r.describe()["reachable"] for r in results)
     engines = []

@@ -12,7 +12,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,14 +254,16 @@ class Remediator:
     # ----- lifting emergency limits early --------------------------------------------------------
 
     async def lift_idle_limits(self, signals: Mapping[str, Signals], findings: Sequence[Finding] = (), *,
-                               refused_in_window: float | None = None) -> list[ActionRecord]:
+                               refused_in_window: float | None = None,
+                               skip: Collection[str] = ()) -> list[ActionRecord]:
         """Lift the doctor's own emergency length limits that are no longer needed (doctor.remedy.lift),
         unless one of this run's `findings` still proposes a length limit. `refused_in_window`: the requests the
         router refused for the limit over the last `length_limit_lift_after_s` (None: unknown, no history).
 
         Only in auto mode for the playbook that set the limit, never under the kill switch or in a maintenance
         window; like a rollback it returns the router to where it was, so it takes no budget or cooldown slot.
-        Returns the records that ended (lifted, expired, or found gone or changed by someone else).
+        Returns the records that ended (lifted, expired, or found gone or changed by someone else). Records in
+        `skip` (those this cycle reconciled, re-applied after the signals were read) wait for the next cycle.
         """
         after_s = float(getattr(self.config, "length_limit_lift_after_s", 0.0) or 0.0)
         wanting = [f for f in findings if f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies)]
@@ -269,7 +271,7 @@ class Remediator:
         lifted: dict[int, ActionRecord] = {}  # tokens -> the record whose limit this call lifted
         for rec in self.store.recent(self.store.keep):
             tokens = limit_tokens(rec)
-            if tokens is None:
+            if tokens is None or rec.id in skip:
                 continue
             if tokens in lifted:  # an older record of the same limit (re-applied after its cooldown)
                 self._end(rec, "expired", f"lifted early with {lifted[tokens].id}", journal=False)

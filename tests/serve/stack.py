@@ -89,7 +89,8 @@ def policy(router_url: str) -> dict[str, Any]:
 
 
 def write_config(tmp: Path, *, hot: str, cold: str, router_url: str | None, mode: str = "auto",
-                 interval_s: float = 2.0, port: int | None = None, serve_extra: str = "", doctor_extra: str = "") -> Path:
+                 interval_s: float = 2.0, port: int | None = None, serve_extra: str = "",
+                 doctor_extra: str = "") -> Path:
     """doctor.toml for one deployment: hot and cold engines, the router, [serve] on a free port with a token."""
     (tmp / "api-token").write_text(API_TOKEN + "\n")
     (tmp / "router-token").write_text(ROUTER_TOKEN + "\n")
