@@ -107,6 +107,10 @@ class Remediator:
                 self.audit.write("dry_run", rec)
                 continue
             if decision.mode == "approve" and not yes:
+                asked = self.store.pending_like(rec)
+                if asked is not None:  # a person was asked already (an earlier cycle): asked once per finding
+                    records[-1] = asked
+                    continue
                 rec.status = "pending"
                 rec.reason = "waiting for `doctor approve` (approve mode)"
                 self.store.enqueue(rec)
