@@ -2,7 +2,8 @@
 and on each alert, with the HTTP API (doctor.serve.app) on `[serve] listen` (127.0.0.1:9361 by default).
 
 Remediation is what `doctor diagnose --fix` does, in the config's mode. The state directory (the config's
-`state_dir`, else systemd's $STATE_DIRECTORY, else $XDG_STATE_HOME/serving-doctor) is shared with cron runs:
+`state_dir`, else systemd's $STATE_DIRECTORY, else /var/lib/serving-doctor when writable, else
+$XDG_STATE_HOME/serving-doctor) is shared with cron runs:
 the same journal, cooldowns, budget and target locks; `serve.lock` keeps a second daemon off it. Exit 3 when it
 cannot start (bad flags or config, unreadable token file, address in use, another daemon on the state directory).
 """
@@ -45,11 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+DAEMON_STATE_DIR = Path("/var/lib/serving-doctor")
+
+
 def state_dir_of(flag: Path | None, configured: Path | None) -> Path:
+    """--state-dir, the config's, systemd's $STATE_DIRECTORY, /var/lib/serving-doctor when it is there and
+    writable (DESIGN: the daemon's default), else $XDG_STATE_HOME/serving-doctor as for cron runs."""
     from doctor.state import default_state_dir
 
     systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    return flag or configured or (Path(systemd) if systemd else default_state_dir())
+    if flag or configured or systemd:
+        return flag or configured or Path(systemd)
+    return DAEMON_STATE_DIR if os.access(DAEMON_STATE_DIR, os.W_OK) else default_state_dir()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

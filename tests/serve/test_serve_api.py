@@ -145,3 +145,26 @@ def test_the_cli_talks_to_the_daemon(d: Deployment, monkeypatch: pytest.MonkeyPa
 @pytest.fixture
 def d(deployment: Deployment) -> Deployment:
     return deployment
+
+
+def test_doctor_serve_refuses_to_start_with_a_clear_error(d: Deployment, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from doctor.serve.main import main
+    from trials.live import free_port
+
+    config = d.daemon.config
+    assert main(["--config", str(config)]) == 3
+    assert "cannot listen on" in capsys.readouterr().err  # the running daemon has the port
+    assert main(["--config", str(config), "--listen", f"127.0.0.1:{free_port()}"]) == 3
+    assert "another doctor serve uses" in capsys.readouterr().err  # ... and the state directory
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[serve]\ninterval_s = "soon"\n')
+    assert main(["--config", str(bad)]) == 3
+    assert "bad.toml:2: serve.interval_s" in capsys.readouterr().err
+    missing = tmp_path / "missing.toml"
+    missing.write_text(config.read_text().replace('token_file = "api-token"', 'token_file = "nope"'))
+    assert main(["--config", str(missing)]) == 3
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "nope" in err
+    assert main(["--config", str(config), "--listen", "0.0.0.0"]) == 3
+    assert "expected HOST:PORT" in capsys.readouterr().err
