@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+log = logging.getLogger("doctor.serve")
 QUEUE_KEEP = 100
 MAX_SUBSCRIBERS = 32
 
@@ -27,15 +29,26 @@ class EventHub:
         self.clock = clock
         self.keep = max(3, keep)
         self._subscribers: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
+        self._listeners: list[Callable[[str, dict[str, Any]], None]] = []
         self._seq = 0
 
     @property
     def subscribers(self) -> int:
         return len(self._subscribers)
 
+    def listen(self, listener: Callable[[str, dict[str, Any]], None]) -> None:
+        """Call `listener(kind, data)` on every event, in the daemon's loop (e.g. a notification sink); it must not
+        block, and an exception it raises is logged and ignored."""
+        self._listeners.append(listener)
+
     def publish(self, kind: str, data: dict[str, Any]) -> None:
         self._seq += 1
         item = (kind, {"seq": self._seq, "at": self.clock(), **data})
+        for listener in self._listeners:
+            try:
+                listener(*item)
+            except Exception:
+                log.exception("event listener %r failed", listener)
         for q in self._subscribers:
             if q.full():  # drop the two oldest: one for the note that events were dropped, one for this event
                 q.get_nowait()
