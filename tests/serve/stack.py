@@ -125,8 +125,12 @@ class Daemon:
                                          stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
         if ready:
-            wait_for("the daemon to be ready", lambda: self.alive() and self.get("/readyz").status_code == 200,
-                     timeout_s=90)
+            try:
+                wait_for("the daemon to be ready", lambda: self.alive() and self.get("/readyz").status_code == 200,
+                         timeout_s=90)
+            except BaseException:
+                self.stop()
+                raise
         return self
 
     def alive(self) -> bool:

@@ -24,6 +24,7 @@ def test_kill_9_mid_action_then_restart_reconciles_once(tmp_path: Path) -> None:
     state = tmp_path / "state"
     with engines(["hot", "cold"], tmp_path) as eng, router(eng["hot"].url, eng["cold"].url) as r:
         storm = load(eng["hot"].url)  # straight to the hot engine: the condition stays whatever the router does
+        daemon = None
         try:
             config = write_config(tmp_path, hot=eng["hot"].url, cold=eng["cold"].url, router_url=r.url,
                                   interval_s=3600)  # only the start's cycle and the alerts' cycles
@@ -53,6 +54,7 @@ def test_kill_9_mid_action_then_restart_reconciles_once(tmp_path: Path) -> None:
             assert "cooldown" in lines[0]["actions"][1]["reason"]
             again = daemon.post("/v1/alerts", post).json()  # Alertmanager's retry of the same message
             assert again["accepted"] == 0 and again["duplicates"] == 1
-            daemon.stop()
         finally:
+            if daemon is not None:
+                daemon.stop()
             storm.stop()

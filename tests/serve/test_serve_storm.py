@@ -92,6 +92,7 @@ def test_an_alert_storm_beside_cron(tmp_path: Path) -> None:
     with engines(["hot", "cold"], tmp_path) as eng, router(eng["hot"].url, eng["cold"].url) as r:
         storm = load(eng["hot"].url)
         stop, codes = threading.Event(), []  # type: ignore[var-annotated]
+        daemon = None
         try:
             config = write_config(tmp_path, hot=eng["hot"].url, cold=eng["cold"].url, router_url=r.url,
                                   interval_s=2.0, serve_extra=f"queue_size = {QUEUE}\n", doctor_extra='sample_s = "1s"')
@@ -132,9 +133,10 @@ def test_an_alert_storm_beside_cron(tmp_path: Path) -> None:
             rss_after = daemon.rss_bytes()
             stop.set()
             crons.join(120)
-            daemon.stop()
         finally:
             stop.set()
+            if daemon is not None:
+                daemon.stop()
             storm.stop()
         print(f"\n{POSTS} posts in {took:.1f} s; daemon RSS {rss_before / 2**20:.0f} MB before, peak "
               f"{peak[0] / 2**20:.0f} MB, {rss_after / 2**20:.0f} MB after; {first_503} answered 503 (queue full) "
