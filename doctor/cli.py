@@ -10,6 +10,7 @@ USAGE = """usage: doctor <command> [options]
 commands:
   diagnose             read the engines, run the playbooks, report findings (exit 0/1/2; 3 = could not)
   playbooks            list the playbooks (--format markdown writes the runbooks)
+  serve --config F     the daemon: the cycle on an interval and on Alertmanager's alerts, with an API
   actions              pending and recent actions; approve ID, reject ID, rollback ID decide and undo
   rules                Prometheus alerting rules for the same conditions as the playbooks
   router               the hot/cold admission router in front of the engines
@@ -33,6 +34,7 @@ COMMANDS = {
     "router": "router.cli",
     "demo": "doctor.demo",
     "actions": "doctor.actions_cli",
+    "serve": "doctor.serve.main",
 }
 PERSON_COMMANDS = ("approve", "reject", "rollback")  # doctor.actions_cli.main_for(command, argv)
 SIM_COMMANDS = {

@@ -30,6 +30,7 @@ from doctor.config_schema import (
     parse_toml,
     suggest,
 )
+from doctor.config_serve import ServeSettings, serve_settings
 from doctor.engines import EngineRef, Role
 from playbooks import registry
 
@@ -201,6 +202,7 @@ class DoctorConfig:
     maintenance: tuple[MaintenanceWindow, ...] = ()
     bounds: Bounds = Bounds()
     notify: NotifySettings = field(default_factory=NotifySettings)
+    serve: ServeSettings = field(default_factory=ServeSettings)  # [serve]: the daemon (doctor/config_serve.py)
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
@@ -246,7 +248,7 @@ class DoctorConfig:
 # ---------------------------------------------------------------- loading
 
 TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router", "prometheus", "escalation",
-            "maintenance", "bounds", "notify")
+            "maintenance", "bounds", "notify", "serve")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
                "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
                "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
@@ -333,7 +335,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
         maintenance=tuple(_window(t) for t in root.tables("maintenance")), bounds=bounds,
         notify=notify_settings(root.sub("notify"), lambda v: _file(v, path)),
-    )
+        serve=serve_settings(root.sub("serve"), path, _file))
 
 
 def _engine(t: Table, path: Path | None) -> EngineConfig:

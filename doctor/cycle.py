@@ -76,7 +76,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     actions: list[dict[str, Any]] = []
     if remediator is not None:
         records = await remediator.fix(findings, {r.ref.name: r.signals for r in results}, trigger=plan.trigger,
-                                       yes=plan.yes)
+                                       yes=plan.yes, engine_triggers=plan.engine_triggers)
         records = [*(r for r in reconciled if r.status != "applied"), *records]
         if plan.verify_wait_s > 0 and any(r.status == "applied" for r in records):
             async def reread() -> dict[str, Any]:
@@ -87,7 +87,8 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         window = float(getattr(plan.settings, "length_limit_lift_after_s", 0.0) or 0.0)
         records += await remediator.lift_idle_limits(
             {r.ref.name: r.signals for r in results}, findings,
-            refused_in_window=_refusals_within(history, results, window, now) if history and window else None)
+            refused_in_window=_refusals_within(history, results, window, now) if history and window else None,
+            skip={r.id for r in reconciled})
         actions = [r.report() for r in records]
     readable = any(r.describe()["reachable"] for r in results)
     engines = []

@@ -7,8 +7,8 @@ from its scenario) and hands it to `doctor.cycle.run_cycle`; nothing below the c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +42,9 @@ class Plan:
     fix: bool = False  # apply remedies as the mode allows
     yes: bool = False  # approve from this terminal (approve mode)
     verify_wait_s: float = 0.0  # wait this long to verify what was applied (the rest: the next cycle)
-    trigger: str = "cron"  # what started the cycle (audited): cron, daemon, alert:<fingerprint>, ...
+    trigger: str = "cron"  # what started the cycle (audited): cron, serve, alert:<fingerprint>, ...
+    # Per engine, what started the cycle for it when not `trigger` (the daemon: the alerts waiting on an engine).
+    engine_triggers: Mapping[str, str] = field(default_factory=dict)
     # I/O a caller in virtual time substitutes (the trials): the HTTP transports the engine, router and
     # dcgm-exporter reads go through (None: the network), and the wait between the two reads of each engine.
     transport: httpx.AsyncBaseTransport | None = None

@@ -104,6 +104,17 @@ class AuditLog:
             "after": record.after, "steps": list(record.steps), "pid": os.getpid(),
         }
         line.update(extra)
+        return self._append(line)
+
+    def note(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one event about no action record (the daemon's alerts: received, confirmed, not confirmed,
+        resolved, ...): `at`, `time`, `event`, `pid` and `fields`, redacted like every line."""
+        now = self.clock()
+        line = {"at": now, "time": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds"),
+                "event": event, "pid": os.getpid(), **fields}
+        return self._append(line)
+
+    def _append(self, line: dict[str, Any]) -> dict[str, Any]:
         clean: dict[str, Any] = self.redact(line)
         data = (json.dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,11 @@ verified or rolled back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
-from doctor.remedy.planner import Planned, plan_all
+from doctor.remedy.planner import Planned, normalise, plan_all, verify_spec
 from doctor.remedy.queue import ActionStore
 from playbooks.model import Action, Finding
 
@@ -48,6 +49,14 @@ def _spec(d: Mapping[str, Any] | None) -> VerifySpec | None:
                       bool(d.get("keep_on_fail", False)))
 
 
+def planned_of(rec: ActionRecord) -> Planned:
+    """A record's action as a plan again (an approved record, a record a killed doctor left)."""
+    action, target = normalise(_action(rec.action))
+    finding = Finding(rec.playbook, rec.engine, "warning", 0.5, rec.reason or "recorded action", (), (action,),
+                      "", onset=rec.created_at)
+    return Planned(finding, action, target, verify_spec(rec.playbook, action.kind))
+
+
 class Remediator:
     """One doctor's remediation loop over a state directory."""
 
@@ -70,13 +79,14 @@ class Remediator:
     # ----- planning and applying ---------------------------------------------------------------
 
     async def fix(self, findings: Sequence[Finding], signals: Mapping[str, Signals], *, trigger: str = "cron",
-                  yes: bool = False) -> list[ActionRecord]:
-        """Plan the first remedy of each finding and apply what the mode and guardrails allow."""
+                  yes: bool = False, engine_triggers: Mapping[str, str] | None = None) -> list[ActionRecord]:
+        """Plan the first remedy of each finding and apply what the mode and guardrails allow; a record's trigger
+        is its engine's in `engine_triggers` (the daemon: the alert waiting on it), else `trigger`."""
         # Info findings are chances to do better, not incidents: they are reported, never acted on.
         planned, _skipped = plan_all([f for f in findings if f.severity != "info"])
         records: list[ActionRecord] = []
         for p in planned:
-            rec = p.record(trigger=trigger, now=self.clock())
+            rec = p.record(trigger=(engine_triggers or {}).get(p.engine, trigger), now=self.clock())
             rec.before = _values(signals.get(p.engine))
             free = self.free_gpus if self.free_gpus is not None else self.spare_gpus() if self.spare_gpus else None
             decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=free)
@@ -102,6 +112,10 @@ class Remediator:
                 self.audit.write("dry_run", rec)
                 continue
             if decision.mode == "approve" and not yes:
+                asked = self.store.pending_like(rec)
+                if asked is not None:  # a person was asked already (an earlier cycle): asked once per finding
+                    records[-1] = asked
+                    continue
                 rec.status = "pending"
                 rec.reason = "waiting for `doctor approve` (approve mode)"
                 self.store.enqueue(rec)
@@ -207,38 +221,58 @@ class Remediator:
         self._page(rec, None, failed=True)
 
     async def reconcile(self, signals: Mapping[str, Signals]) -> list[ActionRecord]:
-        """Finish what a killed doctor left: re-apply begun actions, judge applied ones."""
+        """Finish what a killed doctor left: re-apply begun actions, judge applied ones.
+
+        Each record under its target's lock, re-read from the journal once held: a record another doctor process
+        (cron beside the daemon) is applying now, or finished meanwhile, is left to it.
+        """
         done = []
         for rec in self.journal.unfinished():
-            if rec.status != "applied":
-                action = _action(rec.action)
-                try:
-                    applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
-                except (ActuatorError, Refused) as exc:
-                    self._finish(rec, "failed", f"interrupted, and finishing failed: {exc}")
-                    done.append(rec)
-                    continue
-                rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else rec.inverse
-                self._set(rec, "applied", "interrupted; finished on restart")
-                self.journal.step(rec.id, "applied on restart", status="applied", inverse=rec.inverse)
-                self.audit.write("reconciled", rec)
-            if not rec.before:
-                rec.before = _values(signals.get(rec.engine))
-            await self._judge(rec, signals, final=False)
-            done.append(rec)
+            try:
+                with self.guard.acquire(normalise(_action(rec.action))[1]):
+                    fresh = self.journal.get(rec.id)
+                    if fresh is None or rec.id in self.journal.finished_ids():
+                        continue
+                    done.append(await self._reconcile_one(fresh, signals))
+            except TargetBusy:
+                continue
         return done
+
+    async def _reconcile_one(self, rec: ActionRecord, signals: Mapping[str, Signals]) -> ActionRecord:
+        if rec.status != "applied":
+            action = _action(rec.action)
+            # Killed before its cooldown and budget slot were taken: take them now, as it is applied now (Refused:
+            # taken already, killed after taking them, or spent; it was begun, so it is finished anyway).
+            with contextlib.suppress(Refused):
+                self.guard.record_applied(planned_of(rec), engines_total=max(1, len(self.ctx.engines)),
+                                          record_id=rec.id)
+            try:
+                applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
+            except (ActuatorError, Refused) as exc:
+                self._finish(rec, "failed", f"interrupted, and finishing failed: {exc}")
+                return rec
+            rec.inverse = applied.inverse.to_dict() if applied.inverse is not None else rec.inverse
+            self._set(rec, "applied", "interrupted; finished on restart")
+            self.journal.step(rec.id, "applied on restart", status="applied", inverse=rec.inverse)
+            self.audit.write("reconciled", rec)
+        if not rec.before:
+            rec.before = _values(signals.get(rec.engine))
+        await self._judge(rec, signals, final=False)
+        return rec
 
     # ----- lifting emergency limits early --------------------------------------------------------
 
     async def lift_idle_limits(self, signals: Mapping[str, Signals], findings: Sequence[Finding] = (), *,
-                               refused_in_window: float | None = None) -> list[ActionRecord]:
+                               refused_in_window: float | None = None,
+                               skip: Collection[str] = ()) -> list[ActionRecord]:
         """Lift the doctor's own emergency length limits that are no longer needed (doctor.remedy.lift),
         unless one of this run's `findings` still proposes a length limit. `refused_in_window`: the requests the
         router refused for the limit over the last `length_limit_lift_after_s` (None: unknown, no history).
 
         Only in auto mode for the playbook that set the limit, never under the kill switch or in a maintenance
         window; like a rollback it returns the router to where it was, so it takes no budget or cooldown slot.
-        Returns the records that ended (lifted, expired, or found gone or changed by someone else).
+        Returns the records that ended (lifted, expired, or found gone or changed by someone else). Records in
+        `skip` (those this cycle reconciled, re-applied after the signals were read) wait for the next cycle.
         """
         after_s = float(getattr(self.config, "length_limit_lift_after_s", 0.0) or 0.0)
         wanting = [f for f in findings if f.severity != "info" and any(a.kind == "length_limit" for a in f.remedies)]
@@ -246,7 +280,7 @@ class Remediator:
         lifted: dict[int, ActionRecord] = {}  # tokens -> the record whose limit this call lifted
         for rec in self.store.recent(self.store.keep):
             tokens = limit_tokens(rec)
-            if tokens is None:
+            if tokens is None or rec.id in skip:
                 continue
             if tokens in lifted:  # an older record of the same limit (re-applied after its cooldown)
                 self._end(rec, "expired", f"lifted early with {lifted[tokens].id}", journal=False)

@@ -134,6 +134,16 @@ class ActionStore:
         with self._doc() as doc:
             return [ActionRecord.from_dict(e) for e in _by_time(doc.values()) if e.get("status") == "pending"]
 
+    def pending_like(self, record: ActionRecord) -> ActionRecord | None:
+        """A pending record of the same kind on the same target for the same finding (approve mode asks once)."""
+        with self._doc() as doc:
+            for e in _by_time(doc.values()):
+                action = e.get("action") or {}
+                if e.get("status") == "pending" and e.get("finding_id") == record.finding_id and \
+                        action.get("action") == record.kind and action.get("target") == record.target:
+                    return ActionRecord.from_dict(e)
+        return None
+
     def approved(self) -> list[ActionRecord]:
         """Approved actions not yet claimed, oldest first."""
         with self._doc() as doc:

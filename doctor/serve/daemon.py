@@ -1,0 +1,69 @@
+"""Wire the daemon together from the config: the plan of its cycles, the queue, the audit log, the API, uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from pathlib import Path
+
+from doctor.config import DoctorConfig
+from doctor.plan import Plan
+from doctor.serve.auth import Credentials
+
+log = logging.getLogger("doctor.serve")
+
+
+def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
+    """The daemon's cycle: direct reads of every engine, history kept, remedies as the mode allows; the two reads
+    of a cycle at most half an interval apart (earlier cycles' reads open the window, as with cron), and nothing
+    waited for verification inside a cycle (the next cycles verify)."""
+    interval = config.serve.interval_s
+    sample = min(config.sample_s, max(0.2, interval / 2))
+    return Plan(engines=tuple(config.engine_refs()), state_dir=state_dir, settings=config, sample_s=sample,
+                window_s=max(config.window_s, sample), min_requests=config.min_requests,
+                request_timeout_s=min(config.request_timeout_s, config.timeout_s),
+                long_prompt_tokens=config.long_prompt_tokens, very_long_prompt_tokens=config.very_long_prompt_tokens,
+                router=config.router.url, history=True, fix=True, verify_wait_s=0.0, trigger="serve")
+
+
+async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock: socket.socket) -> None:
+    """Run until SIGTERM or SIGINT."""
+    import uvicorn
+
+    from doctor.cycle import run_cycle
+    from doctor.remedy.setup import remediator
+    from doctor.serve.app import Api
+    from doctor.serve.events import EventHub
+    from doctor.serve.inbox import Inbox
+    from doctor.serve.mapping import AlertMapper
+    from doctor.serve.metrics import DaemonMetrics
+    from doctor.serve.runner import Daemon
+
+    settings = config.serve
+    plan = plan_for(config, state_dir)
+    rem = remediator(config, state_dir)
+    for secret in creds.secrets():
+        rem.audit.add_secret(secret)
+    inbox = await asyncio.to_thread(Inbox, state_dir, capacity=settings.queue_size)
+    daemon = Daemon(plan, interval_s=settings.interval_s, alert_wait_s=settings.alert_wait_s, inbox=inbox,
+                    mapper=AlertMapper(plan.engines, labels=settings.engine_labels,
+                                       alert_playbooks=settings.alert_playbooks),
+                    audit=rem.audit, metrics=DaemonMetrics(), events=EventHub(), cycle=run_cycle,
+                    cycle_timeout_s=max(config.timeout_s, 2 * plan.sample_s + 2 * plan.request_timeout_s + 5))
+    loops = asyncio.create_task(daemon.run(), name="doctor-serve-loops")
+    api = Api(daemon, rem, rem.audit, creds, settings.body_limit_bytes, settings.history_points, config.router.url,
+              rem.ctx.router_token, alive=lambda: not loops.done())
+    server = uvicorn.Server(uvicorn.Config(api.app(), log_level="warning", access_log=False, lifespan="off",
+                                           timeout_graceful_shutdown=5))
+    host, port = sock.getsockname()[:2]
+    log.info("listening on http://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", host, port,
+             len(plan.engines), settings.interval_s, config.mode, state_dir, os.getpid())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        loops.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await loops

@@ -1,0 +1,54 @@
+"""Credentials and the alert -> engine/playbook mapping."""
+
+from __future__ import annotations
+
+import base64
+
+from doctor.engines import EngineRef
+from doctor.serve.alerts import parse
+from doctor.serve.auth import Credentials, check
+from doctor.serve.mapping import AlertMapper
+from tests.serve.payloads import alert, body
+
+CREDS = Credentials(write_token="w-tok", alert_token="a-tok", read_token="r-tok", basic_user="am",
+                    basic_password="pw")
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def test_each_kind_of_call_needs_its_credential() -> None:
+    basic = {"authorization": "Basic " + base64.b64encode(b"am:pw").decode()}
+    assert check(CREDS, bearer("a-tok"), "alert") is None and check(CREDS, basic, "alert") is None
+    assert check(CREDS, bearer("w-tok"), "alert") is not None  # an alert token of its own is set
+    assert check(CREDS, {"authorization": "Basic " + base64.b64encode(b"am:no").decode()}, "alert") is not None
+    assert check(CREDS, {"authorization": "Basic %%%"}, "alert") is not None
+    assert check(CREDS, bearer("w-tok"), "write") is None
+    denied = check(CREDS, bearer("r-tok"), "write")
+    assert denied is not None and denied.status == 401
+    assert check(CREDS, bearer("r-tok"), "read") is None and check(CREDS, bearer("w-tok"), "read") is None
+    assert check(CREDS, {}, "read") is not None
+
+
+def test_without_credentials_writes_are_off_and_the_rest_is_open() -> None:
+    none = Credentials()
+    denied = check(none, bearer("anything"), "write")
+    assert denied is not None and denied.status == 403 and "token_file" in denied.reason
+    assert check(none, {}, "alert") is None and check(none, {}, "read") is None
+    assert check(Credentials(write_token="w"), bearer("w"), "alert") is None  # the write token serves alerts too
+
+
+def test_alerts_map_by_labels_then_tables() -> None:
+    engines = [EngineRef("hot", "hot", "http://127.0.0.1:8000"), EngineRef("cold", "cold", "http://10.0.0.7:8001")]
+    m = AlertMapper(engines, alert_playbooks={"MyKv": "kv_pressure"})
+    [a, b, c, d, e] = parse(body(alert("a1"), alert("a2", instance="10.0.0.7:8001", playbook=None,
+                                                    alertname="MyKv"),
+                                 alert("a3", instance="x:1", engine="cold", playbook=None,
+                                       alertname="VllmQueuePressure"),
+                                 alert("a4", instance="nowhere:1"), alert("a5", playbook="no_such"))).alerts
+    assert (m.target(a).engine, m.target(a).playbook) == ("hot", "long_prompt_share")
+    assert (m.target(b).engine, m.target(b).playbook) == ("cold", "kv_pressure")
+    assert (m.target(c).engine, m.target(c).playbook) == ("cold", "queue_pressure")  # the playbook's own alerts
+    assert not m.target(d).known and "no configured engine" in m.target(d).why
+    assert not m.target(e).known and "unknown playbook 'no_such'" in m.target(e).why
