@@ -53,6 +53,11 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
                                        alert_playbooks=settings.alert_playbooks),
                     audit=rem.audit, metrics=DaemonMetrics(), events=EventHub(), cycle=run_cycle,
                     cycle_timeout_s=max(config.timeout_s, 2 * plan.sample_s + 2 * plan.request_timeout_s + 5))
+    from doctor.notify import Notifier
+    from doctor.serve.notifications import attach
+
+    notifier = Notifier.from_settings(config.notify)
+    sends = attach(daemon.events.listen, lambda: daemon.latest, notifier) if notifier is not None else set()
     loops = asyncio.create_task(daemon.run(), name="doctor-serve-loops")
     api = Api(daemon, rem, rem.audit, creds, settings.body_limit_bytes, settings.history_points, config.router.url,
               rem.ctx.router_token, alive=lambda: not loops.done())
@@ -67,3 +72,8 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
         loops.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await loops
+        if notifier is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5.0)
+                await notifier.flush()
+            await notifier.aclose()

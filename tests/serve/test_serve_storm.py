@@ -4,7 +4,8 @@
 9000-token documents; the `for` state says it has held 100 s), exact repeats, resolved messages, alerts for no
 known engine, and garbage. Every post is answered (2xx, 4xx for garbage, 503 only with the queue full; those are
 posted again afterwards, as Alertmanager retries 5xx); every accepted alert ends in the audit log; the daemon's
-memory stays bounded; and with cron and the daemon both acting, the length limit is applied once.
+memory stays bounded; and with cron and the daemon both acting, the length limit is applied once. The daemon's
+notifications ([notify], a real receiver on loopback) say so once each, not once per cycle.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.http_capture import receiver
 from tests.serve.payloads import alert, body
 from tests.serve.stack import (
     API_TOKEN,
@@ -89,13 +91,15 @@ def cron(config: Path, stop: threading.Event, codes: list[int]) -> None:
 
 def test_an_alert_storm_beside_cron(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    with engines(["hot", "cold"], tmp_path) as eng, router(eng["hot"].url, eng["cold"].url) as r:
+    with engines(["hot", "cold"], tmp_path) as eng, router(eng["hot"].url, eng["cold"].url) as r, \
+            receiver() as people:
         storm = load(eng["hot"].url)
         stop, codes = threading.Event(), []  # type: ignore[var-annotated]
         daemon = None
         try:
             config = write_config(tmp_path, hot=eng["hot"].url, cold=eng["cold"].url, router_url=r.url,
                                   interval_s=2.0, serve_extra=f"queue_size = {QUEUE}\n", doctor_extra='sample_s = "1s"')
+            config.write_text(config.read_text() + f'\n[notify]\nurl = "{people.url}/hook"\nmin_interval_s = 0\n')
             seed_for_state(state, "long_prompt_share|hot", held_s=100)
             daemon = daemon_for(config, tmp_path).start()
             daemon_pid = daemon.proc.pid if daemon.proc else 0
@@ -164,3 +168,8 @@ def test_an_alert_storm_beside_cron(tmp_path: Path) -> None:
         assert rss_after - rss_before < 64 * 2**20 and peak[0] < 300 * 2**20
         full = [a for (code, a), k in zip(answers, kinds, strict=True) if code == 503]
         assert not full  # every 503 was retried until taken
+        said = [p.json()["text"] for p in people.posts]
+        found = [t for t in said if "New finding: hot/long_prompt_share" in t]
+        assert len(found) == 1, said  # the finding, once, though every cycle of the storm still had it
+        if begun[0]["trigger"].startswith("alert:"):  # the daemon applied it (else cron did, and says so itself)
+            assert any("length_limit on router" in t for t in said), said
