@@ -35,8 +35,28 @@ class SignalHistory:
         self.max_age_s = max_age_s
         self.clock = clock
         self.problems: list[str] = []  # messages about a corrupt or unreadable file
+        # The last document read or written, by the file's identity (device, inode, size, mtime): a cycle's
+        # playbooks ask for many series and baselines, and each used to read and parse the whole file again
+        # (measured: the daemon's cycle at a 1 s interval). A file another process rewrote is read afresh.
+        self._cached: tuple[tuple[int, int, int, int], Entries] | None = None
+
+    def _identity(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _read(self) -> Entries:
+        ident = self._identity()
+        if ident is not None and self._cached is not None and self._cached[0] == ident:
+            return {e: list(rows) for e, rows in self._cached[1].items()}
+        entries = self._read_file()
+        if ident is not None and self._identity() == ident:
+            self._cached = (ident, {e: list(rows) for e, rows in entries.items()})
+        return entries
+
+    def _read_file(self) -> Entries:
         try:
             raw = read_text(self.path)
         except (OSError, UnicodeDecodeError) as exc:
@@ -65,6 +85,8 @@ class SignalHistory:
         doc: dict[str, Any] = {"version": FORMAT_VERSION,
                                "engines": {e: [[t, v] for t, v in rows] for e, rows in entries.items()}}
         write_atomic(self.path, doc)
+        ident = self._identity()
+        self._cached = (ident, {e: list(rows) for e, rows in entries.items()}) if ident is not None else None
 
     def _prune(self, entries: Entries, now: float) -> None:
         cutoff = now - self.max_age_s
@@ -77,13 +99,18 @@ class SignalHistory:
 
     def append(self, engine: str, timestamp: float, values: Mapping[str, float | None]) -> None:
         """Record one run's signals for an engine (None and non-finite values are skipped)."""
-        kept = {k: float(v) for k, v in values.items()
-                if v is not None and not isinstance(v, bool) and math.isfinite(float(v))}
+        self.append_many(timestamp, {engine: values})
+
+    def append_many(self, timestamp: float, by_engine: Mapping[str, Mapping[str, float | None]]) -> None:
+        """Record one run's signals for several engines in one rewrite of the file."""
         with locked(self.path, exclusive=True):
             entries = self._read()
-            rows = entries.setdefault(engine, [])
-            rows.append((float(timestamp), kept))
-            rows.sort(key=lambda r: r[0])
+            for engine, values in by_engine.items():
+                kept = {k: float(v) for k, v in values.items()
+                        if v is not None and not isinstance(v, bool) and math.isfinite(float(v))}
+                rows = entries.setdefault(engine, [])
+                rows.append((float(timestamp), kept))
+                rows.sort(key=lambda r: r[0])
             self._prune(entries, max(self.clock(), timestamp))
             self._write(entries)
 

@@ -120,6 +120,10 @@ class LocalProcessFinder:
         self.clock = clock
         self.sleep = sleep
         self._last: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, clock)
+        # port -> the pid found listening on it: listing every socket of the host (net_connections) is the
+        # costliest part of a read (measured in the daemon's cycle); a remembered owner is checked on its own
+        # sockets, and the host is searched again only when it no longer listens there.
+        self._owners: dict[int, int] = {}
 
     # -- discovery --
 
@@ -135,7 +139,27 @@ class LocalProcessFinder:
         return f"{name} {cmd}".strip()
 
     def port_owner(self, port: int, notes: list[str]) -> int | None:
-        """The pid listening on `port` (net_connections first, else every process's own sockets)."""
+        """The pid listening on `port` (the one found before when it still does; else net_connections, else every
+        process's own sockets)."""
+        known = self._owners.get(port)
+        if known is not None and self._listens(known, port):
+            return known
+        self._owners.pop(port, None)
+        pid = self._search_owner(port, notes)
+        if pid is not None:
+            self._owners[port] = pid
+        return pid
+
+    def _listens(self, pid: int, port: int) -> bool:
+        listen = getattr(self.ps, "CONN_LISTEN", "LISTEN")
+        try:
+            proc = self.ps.Process(pid)
+            conns = (getattr(proc, "net_connections", None) or proc.connections)(kind="inet")
+        except Exception:
+            return False
+        return any(c.status == listen and c.laddr and c.laddr[1] == port for c in conns)
+
+    def _search_owner(self, port: int, notes: list[str]) -> int | None:
         listen = getattr(self.ps, "CONN_LISTEN", "LISTEN")
         try:
             for c in self.ps.net_connections(kind="inet"):

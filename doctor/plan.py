@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from doctor.engines import EngineRef
 
@@ -56,3 +56,6 @@ class Plan:
     # The engines the launcher started (where a relaunch moved an engine, the replicas it added), read by every
     # cycle, fixing or not; None: the records under state_dir/engines/ (doctor.remedy.engine_procs).
     processes: ProcessTable | None = None
+    # A long-lived caller (the daemon) keeps one finder of local engine processes across cycles, so it need not
+    # search the host's sockets every cycle (collectors.host.LocalProcessFinder); None: a new one per cycle.
+    process_finder: Any = None

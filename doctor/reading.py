@@ -186,7 +186,7 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
     if local:
         from collectors.host import LocalProcessFinder
 
-        finder = LocalProcessFinder()
+        finder = opts.process_finder or LocalProcessFinder()
         for e in local:
             finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
     router_samples: list[Sample] = []
@@ -235,9 +235,10 @@ def record_history(history: SignalHistory | None, results: list[EngineResult], n
     """Append this run's numbers (after the playbooks read the older ones as baselines)."""
     if history is None:
         return
-    for r in results:
-        if r.reading.last_ok("metrics") is not None:
-            history.append(r.ref.name, now, {k: v for k, v in r.signals.values.items() if isinstance(v, float)})
+    rows = {r.ref.name: {k: v for k, v in r.signals.values.items() if isinstance(v, float)}
+            for r in results if r.reading.last_ok("metrics") is not None}
+    if rows:
+        history.append_many(now, rows)
 
 
 def _config_view(ref: EngineRef) -> EngineConfigView:

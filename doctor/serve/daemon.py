@@ -20,13 +20,16 @@ def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
     """The daemon's cycle: direct reads of every engine, history kept, remedies as the mode allows; the two reads
     of a cycle at most half an interval apart (earlier cycles' reads open the window, as with cron), and nothing
     waited for verification inside a cycle (the next cycles verify)."""
+    from collectors.host import LocalProcessFinder
+
     interval = config.serve.interval_s
     sample = min(config.sample_s, max(0.2, interval / 2))
     return Plan(engines=tuple(config.engine_refs()), state_dir=state_dir, settings=config, sample_s=sample,
                 window_s=max(config.window_s, sample), min_requests=config.min_requests,
                 request_timeout_s=min(config.request_timeout_s, config.timeout_s),
                 long_prompt_tokens=config.long_prompt_tokens, very_long_prompt_tokens=config.very_long_prompt_tokens,
-                router=config.router.url, history=True, fix=True, verify_wait_s=0.0, trigger="serve")
+                router=config.router.url, history=True, fix=True, verify_wait_s=0.0, trigger="serve",
+                process_finder=LocalProcessFinder())
 
 
 async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock: socket.socket) -> None:

@@ -284,3 +284,26 @@ def test_access_denied_degrades_with_a_reason() -> None:
     assert denied.rss_bytes is None and denied.threads is None
     assert any("listing sockets was denied" in n for n in reading.notes)
     assert any("pid 201 (engine_core): access denied" in n for n in reading.notes)
+
+
+def test_a_remembered_port_owner_is_checked_on_its_own_sockets_not_the_hosts() -> None:
+    api, core = _vllm_tree([5.0])
+    ps = FakePsutil([api, core], 8000, 200)
+    host_lists = []
+    listening = [SimpleNamespace(status="LISTEN", laddr=("127.0.0.1", 8000))]
+    api.net_connections = lambda kind="inet": list(listening)  # type: ignore[method-assign]
+    real = ps.net_connections
+
+    def counted(kind: str = "inet") -> list[Any]:
+        host_lists.append(kind)
+        return real(kind)
+
+    ps.net_connections = counted  # type: ignore[method-assign]
+    finder = LocalProcessFinder(ps)
+    notes: list[str] = []
+    assert finder.port_owner(8000, notes) == 200 and len(host_lists) == 1
+    assert finder.port_owner(8000, notes) == 200 and len(host_lists) == 1  # checked on pid 200 alone
+    listening.clear()  # the engine restarted elsewhere: pid 200 no longer listens on 8000
+    ps.owner = 300
+    ps.procs[300] = FakeProc(300, "vllm serve m --port 8000", [1.0])
+    assert finder.port_owner(8000, notes) == 300 and len(host_lists) == 2
