@@ -42,10 +42,10 @@ realvllm-dir:
 	@echo $(REALVLLM_DIR)
 
 unit: realvllm
-# Two workers (CI has 2 cores); each test module stays on one worker (tests/conftest.py). TEST_WORKERS=0: serial.
+# Two workers (CI has 2 cores); each test module runs whole on one worker (tests/conftest.py). TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 unit: $(STAMP) debian-packages
-	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 test: lint typecheck unit
 
