@@ -130,13 +130,14 @@ def rebin(counts: Sequence[float], bounds: Sequence[float], onto: Sequence[float
 
 
 def grid(reads: Sequence[Read], *, now: float, columns: int, column_s: float) -> Grid | None:
-    """The last `columns` columns of `column_s` seconds ending at `now`; each interval's counts go to the column
-    its end falls in (intervals are additive). None without two reads."""
+    """The last `columns` columns of `column_s` seconds, the newest holding `now`; each interval's counts go to the
+    column its end falls in (intervals are additive). None without two reads."""
     ds = deltas(reads)
     if not ds or columns <= 0 or column_s <= 0:
         return None
     rows = ds[-1].bounds
-    start = now - columns * column_s
+    # columns on a fixed time grid (not sliding with `now`), so a refresh inside a column draws the same picture
+    start = (math.floor(now / column_s) + 1) * column_s - columns * column_s
     cells: list[list[float] | None] = [None] * columns
     notes = [""] * columns
     for d in ds:

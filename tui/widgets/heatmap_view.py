@@ -28,13 +28,19 @@ def render_grid(g: Grid | None, *, width: int, height: int, title: str) -> Text:
     p99 = [view.quantile_row(c, 0.99) for c in range(len(view.columns))]
     for row in reversed(range(len(view.bounds))):
         out.append(f"{bound_label(view.bounds[row]):>{LABEL_W - 1}} ", style="dim")
-        for c, counts in enumerate(view.columns):
+        run, run_style = "", "dim"
+        for c, counts in enumerate(view.columns):  # cells of one style go out as one span: far cheaper to draw
             if counts is None:
-                out.append("·", style="dim")
-                continue
-            lv = level(counts[row], peak, len(SHADES) - 1)
-            mark = "9" if p99[c] == row else "5" if p50[c] == row else ""
-            out.append(mark or SHADES[lv], style=(COLOURS[lv] + (" bold" if mark else "")).strip())
+                ch, style = "·", "dim"
+            else:
+                lv = level(counts[row], peak, len(SHADES) - 1)
+                mark = "9" if p99[c] == row else "5" if p50[c] == row else ""
+                ch, style = mark or SHADES[lv], (COLOURS[lv] + (" bold" if mark else "")).strip()
+            if style != run_style and run:
+                out.append(run, style=run_style)
+                run = ""
+            run, run_style = run + ch, style
+        out.append(run, style=run_style)
         out.append("\n")
     marks = "".join("R" if n == RESET else "L" if n == LAYOUT else " " for n in view.notes)
     out.append(" " * LABEL_W + marks + "\n", style="bold magenta")
@@ -54,9 +60,16 @@ class HeatmapView(Widget):
         super().__init__(id=id)
         self.now = now
         self.column_s = column_s
+        self._drawn: tuple[object, ...] | None = None
 
     def show(self, reads: tuple[Read, ...], *, now: float, column_s: float, title: str) -> None:
-        self.now, self.column_s = now, max(0.5, column_s)
+        """Draw these reads, unless they, the title and the current column are what is drawn already."""
+        column_s = max(0.5, column_s)
+        key = (len(reads), reads[-1].t if reads else None, title, column_s, int(now // column_s))
+        if key == self._drawn:
+            return
+        self._drawn = key
+        self.now, self.column_s = now, column_s
         self.title = title
         self.reads = reads
 
