@@ -12,10 +12,12 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.command import Provider
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen
 from textual.timer import Timer
 
+from tui.commands import Jumps
 from tui.decision import Frozen, allowed
 from tui.model import ActionRow, FindingRow, State, parse_state
 from tui.screens.actions import ActionsScreen
@@ -48,6 +50,7 @@ class DoctorApp(App[None]):
 
     TITLE = "doctor"
     CSS = CSS
+    COMMANDS: ClassVar[set[type[Provider] | Callable[[], type[Provider]]]] = App.COMMANDS | {Jumps}
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
@@ -200,6 +203,19 @@ class DoctorApp(App[None]):
 
     def open_engine(self, name: str) -> None:
         self.push_screen(EngineScreen(name))
+
+    def jump(self, screen: str, select: str | None, needle: str) -> None:
+        """Show `screen` (engine, findings, actions) with the row `select` selected, or the rows `needle` keeps."""
+        if isinstance(self.screen, ModalScreen):
+            return
+        while len(self.screen_stack) > 2:
+            self.pop_screen()
+        if screen == "engine" and select is not None:
+            self.push_screen(EngineScreen(select))
+        elif screen == "findings":
+            self.push_screen(FindingsScreen(select=select, needle=needle))
+        elif screen == "actions":
+            self.push_screen(ActionsScreen(select=select, needle=needle))
 
     def want_histograms(self, engine: str | None) -> None:
         changed = engine != self._histograms

@@ -8,7 +8,9 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 
+import pytest
 from rich.text import Text
+from textual.command import CommandList
 from textual.pilot import Pilot
 from textual.widgets import Static
 
@@ -132,3 +134,50 @@ def test_a_daemon_that_never_answers_blocks_nothing() -> None:
                 app.workers.cancel_all()
 
         asyncio.run(run())
+
+
+def test_the_command_palette_jumps_to_an_engine_a_playbook_and_an_action() -> None:
+    app = recorded_app()
+
+    async def pick(pilot: Pilot[None], query: str) -> None:
+        await pilot.press("ctrl+p")
+        await pilot.press(*query)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # the palette searches in the background
+            await pilot.pause(0.1)
+            lists = app.screen.query(CommandList)
+            if lists and lists.first().option_count and query.split()[-1] in str(lists.first().get_option_at_index(0)
+                                                                               .prompt):
+                break
+        await pilot.pause(0.2)
+        await pilot.press("enter")
+        await pilot.pause()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pick(pilot, "engine cold")
+        assert isinstance(app.screen, EngineScreen) and app.screen.engine == "cold"
+        await pick(pilot, "action run-verified")
+        assert isinstance(app.screen, ActionsScreen)
+        assert app.screen.selected_key() == "run-verified001"
+        await pick(pilot, "playbook kv_pressure")
+        assert isinstance(app.screen, FindingsScreen)
+        table = app.screen.query_one("DataTable")
+        assert len(table.rows) == 1 and app.screen.selected_key() == "fnd-fedcba9876543210"  # type: ignore[attr-defined]
+
+    drive(app, scenario, size=(120, 40))
+
+
+def test_no_color_reads_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = recorded_app()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        assert app.no_color
+        table = app.screen.query_one("DataTable")
+        assert table.get_row("hot")[10].plain == "82%!" and table.get_row("hot")[3].plain == "ok"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await pilot.pause()
+        drawn = app.screen.query_one(HeatmapView).render().plain
+        assert "9" in drawn and "5" in drawn and any(ch in drawn for ch in "░▒▓█")  # shades and marks, not colour
+
+    drive(app, scenario)

@@ -31,6 +31,8 @@ class Host(Protocol):
 
     def want_histograms(self, engine: str | None) -> None: ...
 
+    def jump(self, screen: str, select: str | None, needle: str) -> None: ...
+
 
 class DoctorScreen(Screen[None]):
     """A screen that shows the latest state (`show`), called on every new state and when it comes back on top."""
@@ -65,10 +67,15 @@ class TableScreen(DoctorScreen):
     """A screen built round one DataTable whose rows `/` filters as you type (Esc clears the filter)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("slash", "filter", "Filter")]
-    needle = ""
+
+    def __init__(self, *, select: str | None = None, needle: str = "") -> None:
+        super().__init__()
+        self.select_key = select  # the row to put the cursor on once it is there (the command palette's jumps)
+        self.needle = needle
 
     def compose_filter(self) -> ComposeResult:
-        yield Input(placeholder="filter: words to match, Esc clears", id="filter", classes="hidden")
+        yield Input(self.needle, placeholder="filter: words to match, Esc clears", id="filter",
+                    classes="" if self.needle else "hidden")
         yield Footer()
 
     def table(self) -> DataTable[Text]:
@@ -106,6 +113,8 @@ class TableScreen(DoctorScreen):
         """Replace the table's rows (keyed), keeping the cursor on the same key where it is still there."""
         table = self.table()
         keep = self.selected_key()
+        if self.select_key is not None and self.select_key in [k for k, _ in rows]:
+            keep, self.select_key = self.select_key, None
         table.clear()
         for key, cells in rows:
             table.add_row(*cells, key=key)

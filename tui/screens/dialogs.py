@@ -15,11 +15,13 @@ from tui.decision import Frozen
 
 HELP = """\
 Keys
-  1 fleet   2 findings   3 actions     Enter  open the engine      Esc  back / clear the filter
-  /  filter the rows as you type       p  pause    + / -  refresh faster / slower
-  a  approve   r  reject   b  roll back  (the selected action; each asks first; gone with --read-only)
-  t / e / i  heatmap of TTFT / e2e / ITL (engine screen)
-  ctrl+p  command palette (themes, screenshot)        ?  this help     q  quit
+  1 fleet  2 findings  3 actions   Enter open the engine   Esc back, clear the filter
+  /  filter the rows as you type   p pause   + / -  refresh faster / slower
+  a approve  r reject  b roll back the selected action (each asks first;
+     none of them with --read-only)
+  t / e / i  heatmap of TTFT / e2e / ITL; l  the engine's log (engine screen)
+  ctrl+p  palette: jump to an engine, finding, playbook or action; themes;
+          SVG screenshot          ?  this help     q  quit
 """
 
 
