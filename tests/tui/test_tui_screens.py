@@ -146,20 +146,19 @@ def test_the_command_palette_jumps_to_an_engine_a_playbook_and_an_action() -> No
         while time.monotonic() < deadline:  # the palette searches in the background
             await pilot.pause(0.1)
             lists = app.screen.query(CommandList)
-            if lists and lists.first().option_count and query.split()[-1] in str(lists.first().get_option_at_index(0)
-                                                                               .prompt):
+            if lists and lists.first().option_count:
                 break
         await pilot.pause(0.2)
         await pilot.press("enter")
         await pilot.pause()
 
     async def scenario(pilot: Pilot[None]) -> None:
-        await pick(pilot, "engine cold")
+        await pick(pilot, "cold")
         assert isinstance(app.screen, EngineScreen) and app.screen.engine == "cold"
-        await pick(pilot, "action run-verified")
+        await pick(pilot, "verif")
         assert isinstance(app.screen, ActionsScreen)
         assert app.screen.selected_key() == "run-verified001"
-        await pick(pilot, "playbook kv_pressure")
+        await pick(pilot, "playbook kv")
         assert isinstance(app.screen, FindingsScreen)
         table = app.screen.query_one("DataTable")
         assert len(table.rows) == 1 and app.screen.selected_key() == "fnd-fedcba9876543210"  # type: ignore[attr-defined]
