@@ -1,5 +1,6 @@
 """Where a fleet cell turns yellow or red: at the playbooks' own thresholds (their seed defaults; the playbook
-classes are the one source), never at numbers made up for the screen.
+classes are the one source), never at numbers made up for the screen. The prefix-cache hit rate is not marked: its
+playbook judges it only where prompt templates are configured, which the screen does not know.
 
 `judge(signal, engine)` says "crit", "warn" or "" for one engine's value of a signal.
 """
@@ -12,7 +13,6 @@ from playbooks.batch_underutilized import BatchUnderutilized
 from playbooks.kv_pressure import KvPressure
 from playbooks.memory_fragmentation import MemoryFragmentation
 from playbooks.p99_spike import P99Spike
-from playbooks.prefix_cache_miss import PrefixCacheMiss
 from playbooks.queue_pressure import QueuePressure
 from tui.model import EngineRow
 
@@ -21,7 +21,6 @@ KV_CRIT = KvPressure.defaults["critical_kv_usage_ratio"]
 PREEMPT_WARN = KvPressure.defaults["preemption_proof_per_s"]
 WAITING_WARN = QueuePressure.defaults["waiting"]
 BATCH_LOW = BatchUnderutilized.defaults["batch_utilization_ratio"]
-PREFIX_LOW = PrefixCacheMiss.defaults["prefix_hit_ratio"]
 FB_WARN = MemoryFragmentation.defaults["fb_used_ratio"]
 BASELINE_FACTOR = P99Spike.defaults["baseline_factor_ratio"]
 BASELINE_MIN_S = P99Spike.defaults["baseline_min_s"]
@@ -51,8 +50,6 @@ def judge(signal: str, engine: EngineRow) -> str:
         return "warn" if value >= PREEMPT_WARN else ""
     if signal == "batch_utilization":  # under-filled matters only while requests wait (the playbook's rule)
         return "warn" if value < BATCH_LOW and (engine.get("waiting") or 0) > 0 else ""
-    if signal == "prefix_cache_hit_rate":
-        return "warn" if value < PREFIX_LOW else ""
     if signal == "fb_used_ratio":
         return "warn" if value >= FB_WARN else ""
     if signal in ("p99_ttft_s", "p99_e2e_s", "p99_itl_s"):
@@ -61,5 +58,5 @@ def judge(signal: str, engine: EngineRow) -> str:
 
 
 LEGEND = (f"colours at the playbooks' thresholds: KV >= {KV_WARN:.0%} (critical {KV_CRIT:.0%}), waiting > "
-          f"{WAITING_WARN:g}, preemptions >= {PREEMPT_WARN:g}/s, batch < {BATCH_LOW:.0%} while waiting, prefix hits < "
-          f"{PREFIX_LOW:.0%}, framebuffer >= {FB_WARN:.0%}, P99 > {BASELINE_FACTOR:g}x its median")
+          f"{WAITING_WARN:g}, preemptions >= {PREEMPT_WARN:g}/s, batch < {BATCH_LOW:.0%} while waiting, "
+          f"framebuffer >= {FB_WARN:.0%}, P99 > {BASELINE_FACTOR:g}x its median")
