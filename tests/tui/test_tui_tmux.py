@@ -81,3 +81,9 @@ def test_the_finding_appears_and_a_person_approves_its_fix_in_a_terminal(d: Depl
         time.sleep(0.3)
     assert policy(d.router_url)["length_limit_tokens"] == 8192
     tmux.until("the applied action on screen", lambda s: ": applied" in s or ": verified" in s)
+    # leave the deployment as it was for whatever runs next: the limit rolled back through the API
+    applied = [r for r in d.daemon.get("/v1/actions").json()["recent"]
+               if r["action"]["action"] == "length_limit" and r["status"] in ("applied", "verified")]
+    for r in applied:
+        assert d.daemon.post(f"/v1/actions/{r['id']}/rollback", json_body={"who": "tests"}).status_code == 200
+    assert policy(d.router_url)["length_limit_tokens"] is None
