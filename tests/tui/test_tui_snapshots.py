@@ -3,12 +3,14 @@ of the screens, look at snapshot_report.html, then accept with `pytest tests/tui
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from textual.pilot import Pilot
 
-from tests.tui.recorded import NOW, Recorded
+from tests.tui.recorded import NOW, STATE, Recorded
 from tui.app import DoctorApp
 from tui.decision import Frozen
 from tui.model import parse_state
@@ -65,3 +67,14 @@ def test_confirmation_dialog(snap_compare: Any) -> None:
         await settled(pilot)
 
     assert snap_compare(app(), terminal_size=SIZE, run_before=run)
+
+
+def test_logs(snap_compare: Any, tmp_path: Path) -> None:
+    log = tmp_path / "hot.log"
+    log.write_text("".join(f"INFO 12-01 14:39:{i:02d} engine step {i}\n" for i in range(30))
+                   + "ERROR 12-01 14:39:59 This model's maximum context length is 32768 tokens\n")
+    doc = copy.deepcopy(STATE)
+    doc["engines"][0]["log"] = str(log)
+    a = DoctorApp(Recorded(doc), refresh_s=3600, clock=lambda: NOW)
+    a.theme = "textual-dark"
+    assert snap_compare(a, terminal_size=SIZE, run_before=keys("enter", "l"))
