@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="print one text frame and exit")
     p.add_argument("--read-only", action="store_true", help="no key that changes anything (approve, reject, "
                    "rollback)")
+    p.add_argument("--theme", help="a Textual theme (e.g. textual-light, ansi-dark, nord; ctrl+p lists them)")
     p.add_argument("--who", default=None, help="your name in the audit log (default: the login name)")
     p.add_argument("--width", type=int, default=120, help="with --once: the frame's width (default 120)")
     return p
@@ -121,13 +122,19 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             print(f"doctor tui: {exc}", file=err)
             return EXIT_UNUSABLE
         return EXIT_OK
+    from tui.app import DoctorApp
+
+    app = DoctorApp(source, refresh_s=refresh_s, read_only=ns.read_only, who=ns.who or _login())
+    if ns.theme:
+        if ns.theme not in app.available_themes:
+            print(f"doctor tui: --theme {ns.theme!r}: expected one of {', '.join(sorted(app.available_themes))}",
+                  file=err)
+            return EXIT_UNUSABLE
+        app.theme = ns.theme
     if not (sys.stdin.isatty() and out.isatty()):
         print("doctor tui: no terminal here; use --once for a text frame", file=err)
         return EXIT_UNUSABLE
-    from tui.app import DoctorApp
-
-    who = ns.who or _login()
-    DoctorApp(source, refresh_s=refresh_s, read_only=ns.read_only, who=who).run()
+    app.run()
     return EXIT_OK
 
 

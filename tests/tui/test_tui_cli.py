@@ -36,6 +36,10 @@ def test_mistakes_are_a_message_and_exit_3(tmp_path: Path) -> None:
     assert code == 3 and "mode" in err
     code, _, err = run(["--daemon", "http://127.0.0.1:9", "--once"])  # nothing listens there
     assert code == 3 and "cannot reach the daemon at http://127.0.0.1:9" in err
+    code, _, err = run(["--engine", "hot=http://127.0.0.1:9", "--theme", "nope"])
+    assert code == 3 and "--theme 'nope': expected one of" in err and "textual-light" in err
+    code, _, err = run(["--engine", "hot=http://127.0.0.1:9"])  # no terminal here (pytest's output is captured)
+    assert code == 3 and "no terminal here; use --once" in err
     assert doctor_main(["tui", "--daemon", "http://127.0.0.1:9", "--engine", "hot=http://x"]) == 3
 
 

@@ -43,6 +43,12 @@ def test_fleet(snap_compare: Any) -> None:
     assert snap_compare(app(), terminal_size=SIZE, run_before=settled)
 
 
+def test_fleet_light_theme(snap_compare: Any) -> None:
+    a = app()
+    a.theme = "textual-light"
+    assert snap_compare(a, terminal_size=SIZE, run_before=settled)
+
+
 def test_findings(snap_compare: Any) -> None:
     assert snap_compare(app(), terminal_size=SIZE, run_before=keys("2"))
 
