@@ -22,8 +22,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Debian's Prometheus and Alertmanager for the integration tests (apt as root or via sudo; fails loudly otherwise).
-DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager
+# Debian's Prometheus and Alertmanager for the integration tests, tmux for the TUI's real-terminal test (apt as root
+# or via sudo; fails loudly otherwise).
+DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager tmux
 
 debian-packages:
 	@scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)

@@ -12,6 +12,7 @@ commands:
   playbooks            list the playbooks (--format markdown writes the runbooks)
   serve --config F     the daemon: the cycle on an interval and on Alertmanager's alerts, with an API
   actions              pending and recent actions; approve ID, reject ID, rollback ID decide and undo
+  tui                  the on-call screen: attach to the daemon (--daemon URL) or run standalone (--config)
   rules                Prometheus alerting rules for the same conditions as the playbooks
   router               the hot/cold admission router in front of the engines
   demo                 hot and cold sim engines with load, and what the doctor sees
@@ -35,6 +36,7 @@ COMMANDS = {
     "demo": "doctor.demo",
     "actions": "doctor.actions_cli",
     "serve": "doctor.serve.main",
+    "tui": "tui.cli",  # the only command that imports textual, and only when it opens the screen
 }
 PERSON_COMMANDS = ("approve", "reject", "rollback")  # doctor.actions_cli.main_for(command, argv)
 SIM_COMMANDS = {

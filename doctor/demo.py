@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from doctor import demo_tui
+from doctor.remedy.engine_procs import free_port
 from router.config import RouterConfig
 from router.server import RouterThread
 from sim.engine_cli import EngineThread
@@ -100,7 +102,7 @@ async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> 
 
 
 async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: float, seed: int,
-                   time_scale: float) -> int:
+                   time_scale: float, tui: bool = False) -> int:
     say = print
     ledger = MemoryLedger()
     scale = ["--time-scale", str(time_scale)]
@@ -112,19 +114,22 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
     router = RouterThread(RouterConfig(hot=[hot.url], cold=[cold.url], policy_file="", port=0), token=TOKEN).start()
     work = Path(tempfile.mkdtemp(prefix="doctor-demo-"))
     config = work / "doctor.toml"
+    port = free_port("127.0.0.1")
     config.write_text(
-        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "auto"\nsample_s = "8s"\ntimeout_s = "60s"\n'
+        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "{"approve" if tui else "auto"}"\nsample_s = "8s"\n'
+        'timeout_s = "60s"\n'
         'length_limit_lift_after_s = "30s"\ncooldown_s = "60s"\n\n'
         f'[router]\nurl = "{router.url}"\ntoken_env = "DEMO_ROUTER_TOKEN"\n\n'
         f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot.url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
         '[engines.slo]\np99_ttft_s = 2.0\n\n'
         f'[[engines]]\nname = "cold"\nrole = "cold"\nurl = "{cold.url}"\nmax_model_len = 32768\nmax_num_seqs = 2\n'
-        '[engines.slo]\np99_ttft_s = 8.0\n')
+        '[engines.slo]\np99_ttft_s = 8.0\n' + (demo_tui.serve_section(work, port) if tui else ""))
     os.environ["DEMO_ROUTER_TOKEN"] = TOKEN
     try:
         say("serving-doctor demo: hot and cold vLLM engines (simulated) behind the hot/cold router, on loopback.")
         say(f"  hot : {' '.join(HOT[1:])}\n  cold: {' '.join(COLD[1:])}\n  router: {router.url} "
-            f"(prompts >= 5120 tokens go cold)\n  doctor: `doctor diagnose --fix` every 12 s, auto mode, "
+            f"(prompts >= 5120 tokens go cold)\n  doctor: "
+            f"{'`doctor serve` every 2 s, approve mode' if tui else '`doctor diagnose --fix` every 12 s, auto mode'}, "
             f"config {config}\n          (shortened for the demo: cooldown 60 s, an emergency limit lifted after 30 s "
             "without a refusal; defaults 15 and 10 minutes)")
         spec = WorkloadSpec(rate_qps=rate, duration_s=seconds, long_share=0.03, long_min=5200, long_max=8000,
@@ -136,6 +141,11 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
                  for s in storm_specs]
         say(f"\nload: {len(specs)} requests over {seconds:.0f} s at {rate} req/s; from t={storm_at:.0f}s to "
             f"t={storm_at + storm_for:.0f}s a storm of 9-16K-token documents (25% of requests)\n")
+        if tui:
+            say("opening doctor tui on doctor serve (approve mode): press 2 for the findings, a to approve a fix, "
+                "q to quit")
+            return await demo_tui.run(config, work, port,
+                                      lambda: run_load(router.url, specs, seed=seed, timeout_s=seconds * 3), say)
         load = asyncio.ensure_future(run_load(router.url, specs, seed=seed, timeout_s=seconds * 3))
         applied = await _doctor_loop(config, seconds, 12.0, say)
         result = await load
@@ -183,12 +193,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
     parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--tui", dest="shown", action="store_const", const="tui",
+                       help="watch it in doctor tui, approving the fix yourself (the default with a terminal)")
+    shown.add_argument("--headless", dest="shown", action="store_const", const="headless",
+                       help="tell it as text (the default without a terminal, and always under CI=true)")
     args = parser.parse_args(argv)
+    tui = demo_tui.wants_tui(args.shown, stdin_tty=sys.stdin.isatty(), stdout_tty=sys.stdout.isatty(),
+                             environ=os.environ)
+    if args.shown == "tui" and not tui:
+        print("doctor demo: --tui needs a terminal (and not CI=true); telling it as text instead", file=sys.stderr)
     if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0 or args.storm_for < 0:
         parser.error("--seconds, --rate and --time-scale must be > 0, --storm-for >= 0")
     try:
         return asyncio.run(run_demo(args.seconds, args.rate, args.storm_at, args.storm_for, args.seed,
-                                    args.time_scale))
+                                    args.time_scale, tui))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -107,7 +107,8 @@ class Api:
         if (denied := check(self.creds, request.headers, "read")) is not None:
             return _error(denied.status, denied.reason)
         return JSONResponse(await state_doc(self.daemon, self.remediator.store, points=self.history_points,
-                                            router=self.router, router_token=self.router_token))
+                                            router=self.router, router_token=self.router_token,
+                                            histograms=request.query_params.get("histograms")))
 
     async def get_actions(self, request: Request) -> Response:
         if (denied := check(self.creds, request.headers, "read")) is not None:

@@ -1,17 +1,26 @@
 """`GET /v1/state` and `GET /v1/actions`: what the latest cycle saw, short histories for sparklines, the router's
-policy, the actions and the alerts waiting for the doctor's reading."""
+policy, the actions and the alerts waiting for the doctor's reading.
+
+`GET /v1/state?histograms=ENGINE` adds that engine's raw TTFT, e2e and ITL histograms (cumulative bucket counts
+with the scrape's own bounds, one entry per kept read) so the TUI can draw its latency heatmap from the deltas;
+the signals alone (quantiles) cannot give that. The TUI's standalone mode builds the same document
+(`report_doc`) from its own cycle."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from doctor.engines import EngineRef
 from doctor.remedy.queue import ActionStore
 from doctor.serve.runner import Daemon
 
+HEATMAP_HISTOGRAMS = ("ttft", "e2e", "itl")
+HEATMAP_READS = 240  # all the snapshot store keeps per engine
 SPARK_SIGNALS = ("qps", "p99_ttft_s", "p99_e2e_s", "p99_itl_s", "waiting", "running", "kv_cache_usage",
                  "long_prompt_share", "generation_tokens_per_s", "batch_utilization")
 
@@ -33,7 +42,22 @@ def _history(state_dir: Path, engines: list[str], points: int, since_s: float) -
     return out
 
 
-async def _router_policy(url: str | None, token: str | None, timeout_s: float) -> dict[str, Any] | None:
+def histogram_series(state_dir: Path, engine: str, url: str, points: int) -> dict[str, list[list[Any]]]:
+    """The last `points` kept reads of one engine's latency histograms: name -> [[t, bounds, cumulative], ...],
+    oldest first (an +Inf bound as the string "+Inf")."""
+    import math
+
+    from collectors.snapstore import SnapshotStore
+
+    snaps = SnapshotStore(state_dir / "snapshots.json").load(engine, url)[-points:]
+    out: dict[str, list[list[Any]]] = {}
+    for name in HEATMAP_HISTOGRAMS:
+        out[name] = [[round(s.timestamp, 3), ["+Inf" if math.isinf(b) else b for b in h.bounds], list(h.cumulative)]
+                     for s in snaps if (h := s.histograms.get(name)) is not None]
+    return out
+
+
+async def router_policy(url: str | None, token: str | None, timeout_s: float) -> dict[str, Any] | None:
     if not url:
         return None
     try:
@@ -47,31 +71,43 @@ async def _router_policy(url: str | None, token: str | None, timeout_s: float) -
 
 
 async def state_doc(daemon: Daemon, store: ActionStore, *, points: int, router: str | None,
-                    router_token: str | None = None) -> dict[str, Any]:
-    """The whole state, for the TUI and people."""
+                    router_token: str | None = None, histograms: str | None = None) -> dict[str, Any]:
+    """The whole state, for the TUI and people (`histograms`: the engine whose raw latency histograms to add)."""
     report = daemon.latest.report if daemon.latest is not None else None
-    names = [e.name for e in daemon.plan.engines]
-    since = max(600.0, points * daemon.interval_s * 2)
-    history = await asyncio.to_thread(_history, daemon.plan.state_dir, names, points, since)
-    engines = []
-    for ref in daemon.plan.engines:
-        seen = next((e for e in (report or {}).get("engines", []) if e["name"] == ref.name), None)
-        engines.append({"name": ref.name, "role": ref.role, "url": ref.url,
-                        **({k: seen[k] for k in ("reachable", "version", "version_profile", "signals", "findings",
-                                                 "pending", "errors", "change_in_progress") if k in seen}
-                           if seen else {"reachable": None}),
-                        "history": history.get(ref.name, {})})
+    doc = await report_doc(report, daemon.plan.engines, daemon.plan.state_dir, store, points=points,
+                           since_s=max(600.0, points * daemon.interval_s * 2), router=router,
+                           router_token=router_token, histograms=histograms)
     waiting = [{"fingerprint": w.fingerprint, "alertname": w.entry.alert.alertname, "engine": w.engine,
                 "playbook": w.target.playbook, "since": w.entry.received_at, "until": w.deadline}
                for w in daemon.waiting.values()]
+    return {**doc, "cycles": daemon.cycles, "cycle_running": daemon.running, "interval_s": daemon.interval_s,
+            "alerts": {"waiting": waiting, "queue_depth": daemon.inbox.depth}}
+
+
+async def report_doc(report: dict[str, Any] | None, refs: Sequence[EngineRef], state_dir: Path, store: ActionStore, *,
+                     points: int, since_s: float, router: str | None, router_token: str | None = None,
+                     histograms: str | None = None) -> dict[str, Any]:
+    """A cycle's report with each engine's short histories, the router's policy and the actions (the part of the
+    state that is not the daemon's own)."""
+    names = [e.name for e in refs]
+    history = await asyncio.to_thread(_history, state_dir, names, points, since_s)
+    engines = []
+    for ref in refs:
+        seen = next((e for e in (report or {}).get("engines", []) if e["name"] == ref.name), None)
+        engines.append({"name": ref.name, "role": ref.role, "url": ref.url, "log": ref.log,
+                        **({k: seen[k] for k in ("reachable", "version", "version_profile", "signals", "findings",
+                                                 "pending", "errors", "change_in_progress", "events") if k in seen}
+                           if seen else {"reachable": None}),
+                        "history": history.get(ref.name, {})})
+        if histograms == ref.name:
+            engines[-1]["histograms"] = await asyncio.to_thread(histogram_series, state_dir, ref.name, ref.url,
+                                                                HEATMAP_READS)
     return {
         "generated_at": report["generated_at"] if report else None,
         "status": report["status"] if report else "unknown",
-        "cycles": daemon.cycles, "cycle_running": daemon.running, "interval_s": daemon.interval_s,
         "engines": engines,
         "findings": report["findings"] if report else [],
         "pending": report["pending"] if report else [],
-        "router": {"url": router, "policy": await _router_policy(router, router_token, 2.0)},
+        "router": {"url": router, "policy": await router_policy(router, router_token, 2.0)},
         "actions": await asyncio.to_thread(actions_doc, store, 20),
-        "alerts": {"waiting": waiting, "queue_depth": daemon.inbox.depth},
     }
