@@ -112,7 +112,9 @@ async def _cycles(d: Deployment, plan: Plan, *, t0: float, every_s: float,
         h.run_until(start)
         d.logs.append()
         result = await run_cycle(plan, clock=lambda: h.now)
-        evaluations.append(Evaluation(h.now - t0, result.findings))
+        # judged at the tick (its second read), not when the cycle returned: a cycle that brought up a replica
+        # returns minutes later, and its findings were not later for it
+        evaluations.append(Evaluation(start + plan.sample_s - t0, result.findings))
         for a in result.report.get("actions", []):
             first, effective, _ = seen.get(a["id"], (h.now, None, a))
             if effective is None and a["status"] in IN_EFFECT:
