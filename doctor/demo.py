@@ -187,7 +187,7 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="doctor demo", description=__doc__)
-    parser.add_argument("--seconds", type=float, default=260.0, help="length of the load (default 260)")
+    parser.add_argument("--seconds", type=float, default=240.0, help="length of the load (default 240)")
     parser.add_argument("--rate", type=float, default=4.0, help="requests per second (default 4)")
     parser.add_argument("--storm-at", type=float, default=10.0, help="when the long-document storm starts")
     parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
