@@ -111,6 +111,9 @@ def role_of(title: str) -> str | None:
     return None
 
 
+RECHECK_S = 60.0  # a remembered port owner, still running, is checked on its sockets this often
+
+
 class LocalProcessFinder:
     """Finds and reads a local engine's processes. psutil, the clock and sleep are injectable."""
 
@@ -120,10 +123,11 @@ class LocalProcessFinder:
         self.clock = clock
         self.sleep = sleep
         self._last: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, clock)
-        # port -> the pid found listening on it: listing every socket of the host (net_connections) is the
-        # costliest part of a read (measured in the daemon's cycle); a remembered owner is checked on its own
-        # sockets, and the host is searched again only when it no longer listens there.
-        self._owners: dict[int, int] = {}
+        # port -> the pid found listening on it: listing sockets (the host's, or even one process's: psutil parses
+        # /proc/net/tcp* whole either way) is the costliest part of a read (measured in the daemon's cycle). A
+        # remembered owner still running (same start time) is trusted for RECHECK_S, then checked on its own
+        # sockets; the host is searched again only when it no longer listens there.
+        self._owners: dict[int, tuple[int, float | None, float]] = {}  # port -> (pid, its start time, checked at)
 
     # -- discovery --
 
@@ -142,13 +146,25 @@ class LocalProcessFinder:
         """The pid listening on `port` (the one found before when it still does; else net_connections, else every
         process's own sockets)."""
         known = self._owners.get(port)
-        if known is not None and self._listens(known, port):
-            return known
+        if known is not None:
+            pid, started, checked = known
+            if self._started(pid) == started and started is not None:
+                if self.clock() - checked < RECHECK_S:
+                    return pid
+                if self._listens(pid, port):
+                    self._owners[port] = (pid, started, self.clock())
+                    return pid
         self._owners.pop(port, None)
-        pid = self._search_owner(port, notes)
-        if pid is not None:
-            self._owners[port] = pid
-        return pid
+        found = self._search_owner(port, notes)
+        if found is not None:
+            self._owners[port] = (found, self._started(found), self.clock())
+        return found
+
+    def _started(self, pid: int) -> float | None:
+        try:
+            return float(self.ps.Process(pid).create_time())
+        except Exception:
+            return None
 
     def _listens(self, pid: int, port: int) -> bool:
         listen = getattr(self.ps, "CONN_LISTEN", "LISTEN")

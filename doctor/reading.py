@@ -7,6 +7,8 @@ own signals unknown, with the reason, and the rest of the report is still produc
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,6 +111,13 @@ def _router_signals(opts: Plan, readings: dict[str, EngineReading], samples: lis
         reading.router_reasons = {ROUTER_SIGNALS[k]: v for k, v in reasons.items() if k in ROUTER_SIGNALS}
 
 
+@functools.lru_cache(maxsize=1)
+def tls_context() -> ssl.SSLContext:
+    """One default TLS context per process: httpx builds (and loads the CA bundle into) a new one for every client,
+    measured at 22 ms of CPU per cycle in the daemon, whatever the scheme of the engines' URLs."""
+    return ssl.create_default_context()
+
+
 def _is_local(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     return host in LOCAL_HOSTS
@@ -195,7 +204,8 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         window = opts.since_s
     else:
         limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
-        async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport) as client:
+        async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport,
+                                     verify=tls_context()) as client:
             await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=True,
                               clock=clock)
             if opts.router:
@@ -268,7 +278,7 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
                 reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
                 continue
             reading.samples.append(Sample("metrics", ref.name, t, metrics=snap))
-        async with httpx.AsyncClient(trust_env=False, transport=opts.transport) as client:
+        async with httpx.AsyncClient(trust_env=False, transport=opts.transport, verify=tls_context()) as client:
             from collectors.httpsource import read_health, read_models, read_version
 
             for read in (read_health, read_version, read_models):

@@ -286,12 +286,20 @@ def test_access_denied_degrades_with_a_reason() -> None:
     assert any("pid 201 (engine_core): access denied" in n for n in reading.notes)
 
 
-def test_a_remembered_port_owner_is_checked_on_its_own_sockets_not_the_hosts() -> None:
+def test_a_remembered_port_owner_is_trusted_while_it_runs_and_checked_on_its_own_sockets_now_and_then() -> None:
+    from collectors.host import RECHECK_S
+
     api, core = _vllm_tree([5.0])
+    api.create_time = lambda: 111.0  # type: ignore[attr-defined]
     ps = FakePsutil([api, core], 8000, 200)
-    host_lists = []
+    host_lists, own_checks = [], []
     listening = [SimpleNamespace(status="LISTEN", laddr=("127.0.0.1", 8000))]
-    api.net_connections = lambda kind="inet": list(listening)  # type: ignore[method-assign]
+
+    def own(kind: str = "inet") -> list[Any]:
+        own_checks.append(kind)
+        return list(listening)
+
+    api.net_connections = own  # type: ignore[method-assign]
     real = ps.net_connections
 
     def counted(kind: str = "inet") -> list[Any]:
@@ -299,11 +307,20 @@ def test_a_remembered_port_owner_is_checked_on_its_own_sockets_not_the_hosts() -
         return real(kind)
 
     ps.net_connections = counted  # type: ignore[method-assign]
-    finder = LocalProcessFinder(ps)
+    clock = FakeClock()
+    finder = LocalProcessFinder(ps, clock=clock, sleep=clock.sleep)
     notes: list[str] = []
     assert finder.port_owner(8000, notes) == 200 and len(host_lists) == 1
-    assert finder.port_owner(8000, notes) == 200 and len(host_lists) == 1  # checked on pid 200 alone
+    assert finder.port_owner(8000, notes) == 200 and (len(host_lists), len(own_checks)) == (1, 0)  # trusted
+    clock.now += RECHECK_S + 1
+    assert finder.port_owner(8000, notes) == 200 and (len(host_lists), len(own_checks)) == (1, 1)  # its own
     listening.clear()  # the engine restarted elsewhere: pid 200 no longer listens on 8000
+    clock.now += RECHECK_S + 1
     ps.owner = 300
     ps.procs[300] = FakeProc(300, "vllm serve m --port 8000", [1.0])
     assert finder.port_owner(8000, notes) == 300 and len(host_lists) == 2
+    api.create_time = lambda: 222.0  # type: ignore[attr-defined]  # a pid reused by another process
+    ps.procs[300].create_time = lambda: 333.0  # type: ignore[attr-defined]
+    ps.owner = 200
+    finder._owners[8000] = (300, 999.0, clock.now)  # remembered with another start time: searched again
+    assert finder.port_owner(8000, notes) == 200 and len(host_lists) == 3
