@@ -147,14 +147,14 @@ class Journal:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             size = os.fstat(fd).st_size
-            if size and _last_byte(path, size) != b"\n":
+            if size and last_byte(path, size) != b"\n":
                 line = b"\n" + line  # a torn line from a crash: start on a fresh line
             os.write(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
         if created:
-            _fsync_dir(path.parent)
+            fsync_dir(path.parent)
 
     def _read(self) -> JournalState:
         state = JournalState()
@@ -201,7 +201,7 @@ class Journal:
             handle.flush()
             os.fsync(handle.fileno())
         tmp.replace(self.path)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
         return before - len(out)
 
 
@@ -234,13 +234,15 @@ def _line(entry: Mapping[str, Any]) -> bytes:
     return (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
 
 
-def _last_byte(path: Path, size: int) -> bytes:
+def last_byte(path: Path, size: int) -> bytes:
+    """The file's last byte (a line that does not end in one was torn by a crash mid-write)."""
     with open(path, "rb") as handle:
         handle.seek(size - 1)
         return handle.read(1)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a new file's directory entry durable (the append-only files of the journal and the alert queue)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:

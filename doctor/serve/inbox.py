@@ -16,7 +16,6 @@ is rewritten (atomically) when it grows past `compact_lines`, keeping the pendin
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import threading
@@ -27,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from doctor.remedy.journal import fsync_dir as _fsync_dir
+from doctor.remedy.journal import last_byte as _last_byte
 from doctor.serve.alerts import Alert
 
 QUEUE_FILE = "alerts-queue.jsonl"
@@ -180,18 +181,3 @@ class Inbox:
 
 def _line(entry: dict[str, Any]) -> bytes:
     return (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
-
-
-def _last_byte(path: Path, size: int) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(size - 1)
-        return handle.read(1)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
