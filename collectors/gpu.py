@@ -241,11 +241,11 @@ _SUMMED = {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVE
 
 def parse_dcgm(text: str) -> dict[str, dict[str, Any]]:
     """dcgm-exporter text -> {gpu index label: {"uuid", "name", metric family: value}}."""
-    from prometheus_client.parser import text_string_to_metric_families
+    from collectors.promtext import families
 
     gpus: dict[str, dict[str, Any]] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in families(text):
             base = family.name  # the parser appends `_total` to counter samples; the family keeps DCGM's name
             if not base.startswith("DCGM_"):
                 continue

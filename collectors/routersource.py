@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.derive import ONE_SAMPLE, histogram_quantile
+from collectors.promtext import families as parse_families
 from collectors.types import HistogramData, Sample
 
 Values = dict[str, float | None]
@@ -69,7 +69,7 @@ class RouterSnapshot:
 def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
     """The router_* families of one scrape; RouterScrapeError when the text is not the router's."""
     try:
-        families = list(text_string_to_metric_families(text))
+        families = parse_families(text)
     except (ValueError, TypeError, IndexError) as exc:
         raise RouterScrapeError(f"not Prometheus text: {exc}") from None
     if not any(f.name.startswith("router_") for f in families):

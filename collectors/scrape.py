@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.names import PROCESS_METRICS, VLLM_METRICS, MetricSpec
+from collectors.promtext import families
 from collectors.types import HistogramData, MetricsSnapshot
 
 # info["scrape"] keys: engine_label / pid_label ("true" | "false"), engines / pids / model_names (comma-joined).
@@ -269,7 +270,7 @@ def parse_metrics(text: str, timestamp: float) -> MetricsSnapshot:
     builder = _Builder()
     docs: dict[str, str] = {}
     try:
-        for family in text_string_to_metric_families(text):
+        for family in families(text):
             name = family.name
             if name.endswith("_created"):
                 continue
