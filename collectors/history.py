@@ -1,8 +1,9 @@
 """A bounded signal history in the state directory, so cron runs can judge `for` durations and baselines.
 
-One JSON document `{"version": 1, "engines": {name: [[t, {signal: value}], ...]}}`, rewritten atomically
-(temp file + rename) under an exclusive `fcntl` lock on `<path>.lock`; readers take a shared lock.
-None values are not stored. A corrupt file is kept as `<path>.corrupt` and history starts afresh.
+One JSON line `[t, engine, {signal: value}]` per engine and run (`history.jsonl`, collectors.jsonlines: appended
+under an exclusive `fcntl` lock on `<path>.lock`, rewritten atomically with only what is kept once it holds twice
+that; readers take a shared lock). None and non-finite values are not stored; an unreadable line is skipped and
+said. A `history.json` of the older one-document format is taken over once.
 """
 
 from __future__ import annotations
@@ -16,11 +17,24 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from collectors.jsonfile import keep_corrupt, locked, read_text, write_atomic
+from collectors.jsonfile import locked
+from collectors.jsonlines import JsonLines
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
 Entries = dict[str, list[tuple[float, dict[str, float]]]]
+
+
+Row = tuple[float, str, dict[str, float]]  # timestamp, engine, signals
+
+
+def _decode(value: object) -> Row:
+    if not isinstance(value, list) or len(value) != 3 or not isinstance(value[2], dict):
+        raise TypeError("not a [timestamp, engine, {signal: value}] line")
+    return float(value[0]), str(value[1]), {str(k): float(v) for k, v in value[2].items()}
+
+
+def _encode(row: Row) -> list[Any]:
+    return [row[0], row[1], row[2]]
 
 
 class SignalHistory:
@@ -34,59 +48,49 @@ class SignalHistory:
         self.max_entries = max_entries_per_engine
         self.max_age_s = max_age_s
         self.clock = clock
-        self.problems: list[str] = []  # messages about a corrupt or unreadable file
-        # The last document read or written, by the file's identity (device, inode, size, mtime): a cycle's
-        # playbooks ask for many series and baselines, and each used to read and parse the whole file again
-        # (measured: the daemon's cycle at a 1 s interval). A file another process rewrote is read afresh.
-        self._cached: tuple[tuple[int, int, int, int], Entries] | None = None
+        self._lines: JsonLines[Row] = JsonLines(self.path, _decode, _encode)
+        # The rows grouped by engine, for the version of the lines they were built from: a cycle's playbooks ask
+        # for many series and baselines.
+        self._grouped: tuple[int, Entries] | None = None
 
-    def _identity(self) -> tuple[int, int, int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    @property
+    def problems(self) -> list[str]:
+        """Messages about unreadable lines or an unreadable file."""
+        return self._lines.problems
 
     def _read(self) -> Entries:
-        ident = self._identity()
-        if ident is not None and self._cached is not None and self._cached[0] == ident:
-            return {e: list(rows) for e, rows in self._cached[1].items()}
-        entries = self._read_file()
-        if ident is not None and self._identity() == ident:
-            self._cached = (ident, {e: list(rows) for e, rows in entries.items()})
-        return entries
-
-    def _read_file(self) -> Entries:
         try:
-            raw = read_text(self.path)
-        except (OSError, UnicodeDecodeError) as exc:
-            return self._corrupt(f"cannot read: {exc}")
-        if raw is None:
+            self._migrate()
+            self._lines.read()
+        except OSError as exc:
+            message = f"signal history {self.path} cannot be read ({exc}); history starts afresh"
+            self.problems.append(message)
+            log.warning(message)
             return {}
+        if self._grouped is None or self._grouped[0] != self._lines.version:
+            entries: Entries = {}
+            for t, engine, values in self._lines.records():
+                entries.setdefault(engine, []).append((t, values))
+            for rows in entries.values():
+                rows.sort(key=lambda r: r[0])
+            self._prune(entries, self.clock())
+            self._grouped = (self._lines.version, entries)
+        return self._grouped[1]
+
+    def _migrate(self) -> None:
+        """History written as one document (`history.json`, the older format) becomes the lines, once."""
+        old = self.path.with_suffix(".json")
+        if old == self.path or self.path.exists() or not old.exists():
+            return
         try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
-                raise ValueError(f"not a version-{FORMAT_VERSION} history document")
-            out: Entries = {}
-            for engine, rows in doc["engines"].items():
-                out[str(engine)] = [(float(t), {str(k): float(v) for k, v in values.items()}) for t, values in rows]
-            return out
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return self._corrupt(f"{type(exc).__name__}: {exc}")
-
-    def _corrupt(self, why: str) -> Entries:
-        keep = keep_corrupt(self.path)
-        message = f"signal history {self.path} is corrupt ({why}); kept a copy as {keep} and started afresh"
-        self.problems.append(message)
-        log.warning(message)
-        return {}
-
-    def _write(self, entries: Entries) -> None:
-        doc: dict[str, Any] = {"version": FORMAT_VERSION,
-                               "engines": {e: [[t, v] for t, v in rows] for e, rows in entries.items()}}
-        write_atomic(self.path, doc)
-        ident = self._identity()
-        self._cached = (ident, {e: list(rows) for e, rows in entries.items()}) if ident is not None else None
+            doc = json.loads(old.read_text(encoding="utf-8"))
+            rows = [(float(t), str(e), {str(k): float(v) for k, v in values.items()})
+                    for e, entries in doc["engines"].items() for t, values in entries]
+        except (ValueError, KeyError, TypeError, AttributeError, OSError, UnicodeDecodeError) as exc:
+            self.problems.append(f"signal history {old} (the older format) could not be read: {exc}; not kept")
+            rows = []
+        self._lines.rewrite(sorted(rows, key=lambda r: r[0]))
+        old.rename(old.with_name(old.name + ".migrated"))
 
     def _prune(self, entries: Entries, now: float) -> None:
         cutoff = now - self.max_age_s
@@ -102,17 +106,19 @@ class SignalHistory:
         self.append_many(timestamp, {engine: values})
 
     def append_many(self, timestamp: float, by_engine: Mapping[str, Mapping[str, float | None]]) -> None:
-        """Record one run's signals for several engines in one rewrite of the file."""
+        """Record one run's signals for several engines (one line each); the file is rewritten with only what
+        is kept once it holds twice that."""
         with locked(self.path, exclusive=True):
+            self._read()
+            self._lines.append((float(timestamp), engine, {
+                k: float(v) for k, v in values.items()
+                if v is not None and not isinstance(v, bool) and math.isfinite(float(v))})
+                for engine, values in by_engine.items())
             entries = self._read()
-            for engine, values in by_engine.items():
-                kept = {k: float(v) for k, v in values.items()
-                        if v is not None and not isinstance(v, bool) and math.isfinite(float(v))}
-                rows = entries.setdefault(engine, [])
-                rows.append((float(timestamp), kept))
-                rows.sort(key=lambda r: r[0])
-            self._prune(entries, max(self.clock(), timestamp))
-            self._write(entries)
+            kept = sum(len(rows) for rows in entries.values())
+            if len(self._lines.records()) > 2 * kept + 64:
+                self._lines.rewrite(sorted(((t, e, v) for e, rows in entries.items() for t, v in rows),
+                                           key=lambda r: r[0]))
 
     def _load(self) -> Entries:
         with locked(self.path, exclusive=False):

@@ -45,10 +45,15 @@ def keep_corrupt(path: Path) -> Path:
 
 def write_atomic(path: Path, doc: Any) -> None:
     """Replace the document in one rename, never leaving a half-written file."""
+    write_bytes_atomic(path, json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace the file's bytes in one rename (temp file, fsync, rename), never leaving a half-written file."""
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, separators=(",", ":"), allow_nan=False)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -1,26 +1,26 @@
 """Raw metrics snapshots kept between runs, so every run can judge a window longer than its own reads.
 
-One JSON document in the state directory (`snapshots.json`): per engine, the URL it was read at and its
-recent MetricsSnapshots (counters, gauges, histograms, the info and units the derive step uses; not the
+One JSON line per snapshot in the state directory (`snapshots.jsonl`): the engine, the URL it was read at and
+one of its recent MetricsSnapshots (counters, gauges, histograms, the info and units the derive step uses; not the
 family names, which only the newest read needs). Bounded per engine in count and age; snapshots of an
 engine whose URL changed are dropped (another engine, not a restart). Shared by cron runs and the daemon
-under the file lock of collectors.jsonfile; a corrupt file is kept aside and the window starts afresh.
+under the file lock of collectors.jsonfile; an unreadable line is skipped and said.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from collectors.jsonfile import keep_corrupt, locked, read_text, write_atomic
+from collectors.jsonfile import locked
+from collectors.jsonlines import JsonLines
 from collectors.types import HistogramData, MetricsSnapshot
 
 log = logging.getLogger(__name__)
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: one JSON line per snapshot (snapshots.jsonl); 1 was one document (snapshots.json)
 
 
 def _finite(values: Mapping[str, float]) -> dict[str, float]:
@@ -64,9 +64,22 @@ def snapshot_from_doc(doc: Mapping[str, Any]) -> MetricsSnapshot:
     )
 
 
+Record = tuple[str, str, MetricsSnapshot]  # engine, the URL it was read at, the snapshot
+
+
+def _decode(value: object) -> Record:
+    if not isinstance(value, dict) or value.get("v") != FORMAT_VERSION:
+        raise ValueError(f"not a version-{FORMAT_VERSION} snapshot line")
+    return str(value["e"]), str(value["u"]), snapshot_from_doc(value["s"])
+
+
+def _encode(record: Record) -> dict[str, Any]:
+    return {"v": FORMAT_VERSION, "e": record[0], "u": record[1], "s": snapshot_to_doc(record[2])}
+
+
 class SnapshotStore:
     """Per-engine raw snapshots: at most `max_per_engine`, none older than `max_age_s` (default 20 minutes:
-    a 5-minute window with room for runs that were late)."""
+    a 5-minute window with room for runs that were late), one JSON line each (collectors.jsonlines)."""
 
     def __init__(self, path: Path, *, max_per_engine: int = 240, max_age_s: float = 1200.0,
                  clock: Callable[[], float] | None = None) -> None:
@@ -76,57 +89,58 @@ class SnapshotStore:
         self.max_per_engine = max_per_engine
         self.max_age_s = max_age_s
         self.clock = clock
-        self.problems: list[str] = []
+        self._lines: JsonLines[Record] = JsonLines(self.path, _decode, _encode)
 
-    def _read(self) -> dict[str, Any]:
-        try:
-            raw = read_text(self.path)
-        except (OSError, UnicodeDecodeError) as exc:
-            return self._corrupt(f"cannot read: {exc}")
-        if raw is None:
-            return {}
-        try:
-            doc = json.loads(raw)
-            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(
-                    doc.get("engines"), dict):
-                raise ValueError(f"not a version-{FORMAT_VERSION} snapshot document")
-            return dict(doc["engines"])
-        except ValueError as exc:
-            return self._corrupt(f"{type(exc).__name__}: {exc}")
+    @property
+    def problems(self) -> list[str]:
+        return self._lines.problems
 
-    def _corrupt(self, why: str) -> dict[str, Any]:
-        keep = keep_corrupt(self.path)
-        message = f"snapshot store {self.path} is corrupt ({why}); kept a copy as {keep} and started afresh"
-        self.problems.append(message)
-        log.warning(message)
-        return {}
+    def _read(self) -> list[Record]:
+        try:
+            return self._lines.read()
+        except OSError as exc:
+            message = f"snapshot store {self.path} cannot be read ({exc}); the window starts afresh"
+            self.problems.append(message)
+            log.warning(message)
+            return []
+
+    def _kept(self, records: Sequence[Record], engine: str) -> tuple[str | None, list[MetricsSnapshot]]:
+        """The engine's URL now and its snapshots at that URL, oldest first, within the bounds."""
+        url: str | None = None
+        snaps: list[MetricsSnapshot] = []
+        for e, u, snap in records:
+            if e != engine:
+                continue
+            if u != url:  # another URL: another engine under that name, not a restart
+                url, snaps = u, []
+            snaps.append(snap)
+        snaps.sort(key=lambda s: s.timestamp)
+        if snaps:
+            newest = max([snaps[-1].timestamp] + ([self.clock()] if self.clock else []))
+            snaps = [s for s in snaps if s.timestamp >= newest - self.max_age_s][-self.max_per_engine:]
+        return url, snaps
 
     def load(self, engine: str, url: str) -> list[MetricsSnapshot]:
-        """The kept snapshots of one engine read at `url`, oldest first (bad entries are skipped)."""
+        """The kept snapshots of one engine read at `url`, oldest first (bad lines are skipped)."""
         with locked(self.path, exclusive=False):
-            entry = self._read().get(engine)
-        if not isinstance(entry, dict) or entry.get("url") != url:
-            return []
-        out = []
-        for doc in entry.get("snapshots", []):
-            try:
-                out.append(snapshot_from_doc(doc))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue
-        return sorted(out, key=lambda s: s.timestamp)
+            current, snaps = self._kept(self._read(), engine)
+        return snaps if current == url else []
+
+    def newest(self, engine: str, url: str) -> float | None:
+        """When the engine's newest kept snapshot at `url` was taken (None: none kept)."""
+        snaps = self.load(engine, url)
+        return snaps[-1].timestamp if snaps else None
 
     def save(self, engine: str, url: str, snapshots: Sequence[MetricsSnapshot]) -> None:
-        """Add this run's snapshots of one engine and prune (a new URL replaces the engine's entry)."""
+        """Add this run's snapshots of one engine (a new URL replaces the engine's earlier ones); the file is
+        rewritten with only what is kept once it holds twice that."""
         with locked(self.path, exclusive=True):
-            engines = self._read()
-            entry = engines.get(engine)
-            kept: list[dict[str, Any]] = []
-            if isinstance(entry, dict) and entry.get("url") == url and isinstance(entry.get("snapshots"), list):
-                kept = [d for d in entry["snapshots"] if isinstance(d, dict) and isinstance(d.get("t"), int | float)]
-            seen = {float(d["t"]) for d in kept}
-            kept += [snapshot_to_doc(s) for s in snapshots if s.timestamp not in seen]
-            kept.sort(key=lambda d: float(d["t"]))
-            newest = max([float(d["t"]) for d in kept] + ([self.clock()] if self.clock else []))
-            kept = [d for d in kept if float(d["t"]) >= newest - self.max_age_s][-self.max_per_engine:]
-            engines[engine] = {"url": url, "snapshots": kept}
-            write_atomic(self.path, {"version": FORMAT_VERSION, "engines": engines})
+            records = self._read()
+            current, kept = self._kept(records, engine)
+            seen = {s.timestamp for s in kept} if current == url else set()
+            self._lines.append((engine, url, s) for s in snapshots if s.timestamp not in seen)
+            records = self._lines.records()
+            live = [(e, u, s) for e in {r[0] for r in records} for u, snaps in [self._kept(records, e)]
+                    if u is not None for s in snaps]
+            if len(records) > 2 * len(live) + 64:
+                self._lines.rewrite(sorted(live, key=lambda r: r[2].timestamp))

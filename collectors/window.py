@@ -96,6 +96,24 @@ def _counter_increase(chain: Sequence[MetricsSnapshot], key: str, resets: list[s
     return total
 
 
+# (id(a), id(b)) -> (a, b, reset?): the pair is held, so its ids cannot be reused while it is remembered.
+_RESETS: dict[tuple[int, int], tuple[HistogramData, HistogramData, bool]] = {}
+_RESETS_MAX = 4096  # ~ engines x histograms x reads in a window (2 x 11 x 60 at a 1 s interval)
+
+
+def _reset_between(previous: HistogramData, h: HistogramData) -> bool:
+    """Whether the histogram went back between two reads (a restart): its count or any bucket fell."""
+    key = (id(previous), id(h))
+    kept = _RESETS.get(key)
+    if kept is not None and kept[0] is previous and kept[1] is h:
+        return kept[2]
+    reset = h.count < previous.count or any(a < b for a, b in zip(h.cumulative, previous.cumulative, strict=True))
+    if len(_RESETS) >= _RESETS_MAX:
+        _RESETS.clear()
+    _RESETS[key] = (previous, h, reset)
+    return reset
+
+
 def _histogram_increase(chain: Sequence[MetricsSnapshot], name: str, resets: list[str]
                         ) -> tuple[HistogramData | None, float | None]:
     """Bucket increases of one histogram along the chain, and the time counting starts from when it is later
@@ -116,19 +134,22 @@ def _histogram_increase(chain: Sequence[MetricsSnapshot], name: str, resets: lis
         if name in chain[start - 1].histograms:
             resets.append(f"{name} buckets changed (restart with new bounds): only observations since "
                           f"{_fmt(round(since, 3))} count")
-    previous = chain[start].histograms[name]
+    # Between resets the increases telescope (last - first of each run); at a reset, what the new process holds
+    # is all new. Only the reset test is done pair by pair, remembered for the pairs the next cycle sees again.
+    opened = previous = chain[start].histograms[name]
     for snap in chain[start + 1:]:
         h = snap.histograms[name]
-        if h.count < previous.count or any(a < b for a, b in zip(h.cumulative, previous.cumulative, strict=True)):
+        if _reset_between(previous, h):
             resets.append(f"{name} count {_fmt(previous.count)} -> {_fmt(h.count)}")
-            counts = [c + n for c, n in zip(counts, h.cumulative, strict=True)]
-            total_sum += h.sum
-            total_count += h.count
-        else:
-            counts = [c + n - p for c, n, p in zip(counts, h.cumulative, previous.cumulative, strict=True)]
-            total_sum += h.sum - previous.sum
-            total_count += h.count - previous.count
+            counts = [c + p - o + n for c, p, o, n in zip(counts, previous.cumulative, opened.cumulative,
+                                                           h.cumulative, strict=True)]
+            total_sum += previous.sum - opened.sum + h.sum
+            total_count += previous.count - opened.count + h.count
+            opened = h
         previous = h
+    counts = [c + p - o for c, p, o in zip(counts, previous.cumulative, opened.cumulative, strict=True)]
+    total_sum += previous.sum - opened.sum
+    total_count += previous.count - opened.count
     return HistogramData(cur.bounds, tuple(counts), total_sum, total_count), since
 
 

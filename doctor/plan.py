@@ -59,3 +59,6 @@ class Plan:
     # A long-lived caller (the daemon) keeps one finder of local engine processes across cycles, so it need not
     # search the host's sockets every cycle (collectors.host.LocalProcessFinder); None: a new one per cycle.
     process_finder: Any = None
+    # A long-lived caller's memory of its last reads (doctor.read_memory.ReadMemory): with it, a cycle whose
+    # engines were all read at most `fresh_s` ago reads each engine once; None: two reads, `sample_s` apart.
+    memory: Any = None

@@ -12,6 +12,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -23,6 +24,7 @@ from collectors.names import Detection
 from collectors.routersource import RouterSnapshot, derive_router_signals, read_router
 from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
 from doctor.engines import EngineRef
+from doctor.read_memory import ReadMemory
 
 if TYPE_CHECKING:
     from collectors.history import SignalHistory
@@ -34,9 +36,10 @@ BASELINE_SIGNAL = "engine_fb_bytes"  # framebuffer the engine holds, recorded pe
 
 
 async def _read_round(client: httpx.AsyncClient, readings: list[EngineReading], *, timeout_s: float,
-                      first: bool, clock: Callable[[], float]) -> None:
-    results = await asyncio.gather(*(read_engine(client, r.name, r.url, timeout_s=timeout_s, with_identity=first,
-                                                 clock=clock) for r in readings))
+                      identity: set[str], clock: Callable[[], float]) -> None:
+    """One read of every engine; /version, /v1/models and /server_info too for those named in `identity`."""
+    results = await asyncio.gather(*(read_engine(client, r.name, r.url, timeout_s=timeout_s,
+                                                 with_identity=r.name in identity, clock=clock) for r in readings))
     for reading, samples in zip(readings, results, strict=True):
         reading.samples.extend(samples)
 
@@ -118,6 +121,25 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+class KeptTransport(httpx.AsyncBaseTransport):
+    """A transport whose connections outlive the clients built on it, for a long-lived caller (the daemon): each
+    cycle's client closes only its view, so the next cycle reuses the open connections instead of dialling (and,
+    for https, handshaking) again. The owner closes it with `close()`."""
+
+    def __init__(self, max_connections: int = 64) -> None:
+        self.inner = httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """A client's close: the connections stay open for the next cycle."""
+
+    async def close(self) -> None:
+        await self.inner.aclose()
+
+
 def _is_local(url: str) -> bool:
     host = urlsplit(url).hostname or ""
     return host in LOCAL_HOSTS
@@ -153,19 +175,30 @@ class EngineHistory:
 def open_history(opts: Plan, clock: Callable[[], float] = time.time) -> SignalHistory | None:
     if not opts.history:
         return None
-    from collectors.history import SignalHistory
-
-    return SignalHistory(opts.state_dir / "history.json", clock=clock)
+    return _history(opts.state_dir / "history.jsonl", clock)
 
 
 def open_store(opts: Plan) -> SnapshotStore | None:
     """The raw snapshots earlier runs left (direct reads only: Prometheus keeps its own history)."""
     if not opts.history or opts.since_s is not None:
         return None
+    return _store(opts.state_dir / "snapshots.jsonl", max(1200.0, 4 * opts.window_s))
+
+
+# One history and one store per file in a process, so that a long-lived caller's cycles (the daemon's) read only
+# what was appended since their last cycle; each still sees what other processes wrote (collectors.jsonlines).
+@functools.lru_cache(maxsize=32)
+def _history(path: Path, clock: Callable[[], float]) -> SignalHistory:
+    from collectors.history import SignalHistory
+
+    return SignalHistory(path, clock=clock)
+
+
+@functools.lru_cache(maxsize=32)
+def _store(path: Path, max_age_s: float) -> SnapshotStore:
     from collectors.snapstore import SnapshotStore
 
-    return SnapshotStore(opts.state_dir / "snapshots.json",
-                         max_age_s=max(1200.0, 4 * opts.window_s))
+    return SnapshotStore(path, max_age_s=max_age_s)
 
 
 def _window_chain(store: SnapshotStore | None, ref: EngineRef, reading: EngineReading,
@@ -196,28 +229,44 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         from collectors.host import LocalProcessFinder
 
         finder = opts.process_finder or LocalProcessFinder()
-        for e in local:
+        for e in local if opts.process_finder is None else ():
             finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
     router_samples: list[Sample] = []
+    memory: ReadMemory | None = opts.memory
+    once = memory is not None and _all_fresh(opts, store, started, memory.fresh_s)
     if opts.since_s is not None and opts.prometheus:
         await _read_prometheus(opts, readings, clock=clock)
         window = opts.since_s
     else:
         limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
+        everyone = list(readings.values())
         async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport,
                                      verify=tls_context()) as client:
-            await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=True,
-                              clock=clock)
+            if once and memory is not None:
+                remembered = {name: memory.identity_for(name, started) for name in readings}
+                for name, samples in remembered.items():
+                    readings[name].samples.extend(samples or [])
+                await _read_round(client, everyone, timeout_s=opts.request_timeout_s,
+                                  identity={n for n, s in remembered.items() if s is None}, clock=clock)
+                if opts.router and (before := memory.router_before(opts.router, started)) is not None:
+                    router_samples.append(before)
+            else:
+                await _read_round(client, everyone, timeout_s=opts.request_timeout_s, identity=set(readings),
+                                  clock=clock)
+                if opts.router:
+                    router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
+                                                            clock=clock))
+                await opts.sleep(opts.sample_s)
+                await _read_round(client, everyone, timeout_s=opts.request_timeout_s, identity=set(), clock=clock)
             if opts.router:
                 router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
                                                         clock=clock))
-            await opts.sleep(opts.sample_s)
-            await _read_round(client, list(readings.values()), timeout_s=opts.request_timeout_s, first=False,
-                              clock=clock)
+        if memory is not None:
+            for name, reading in readings.items():
+                memory.remember(name, reading.samples, started)
             if opts.router:
-                router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
-                                                        clock=clock))
-        window = max(opts.sample_s, 0.0)
+                memory.router[opts.router] = router_samples[-1]
+        window = max(opts.sample_s, 0.0) if not once else 0.0
     _router_signals(opts, readings, router_samples)
     log_since = started - max(window, 300.0)
     for ref in opts.engines:
@@ -239,6 +288,17 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
                                 min_requests=opts.min_requests)
         out.append(EngineResult(ref, reading, signals, detection_of(reading)))
     return out
+
+
+def _all_fresh(opts: Plan, store: SnapshotStore | None, now: float, fresh_s: float) -> bool:
+    """Whether every engine's newest kept snapshot is at most `fresh_s` old (then one read opens the window)."""
+    if store is None or opts.since_s is not None:
+        return False
+    for ref in opts.engines:
+        newest = store.newest(ref.name, ref.url)
+        if newest is None or now - newest > fresh_s:
+            return False
+    return True
 
 
 def record_history(history: SignalHistory | None, results: list[EngineResult], now: float) -> None:

@@ -17,10 +17,13 @@ log = logging.getLogger("doctor.serve")
 
 
 def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
-    """The daemon's cycle: direct reads of every engine, history kept, remedies as the mode allows; the two reads
-    of a cycle at most half an interval apart (earlier cycles' reads open the window, as with cron), and nothing
-    waited for verification inside a cycle (the next cycles verify)."""
+    """The daemon's cycle: direct reads of every engine, history kept, remedies as the mode allows; one read of
+    each engine per cycle while its previous cycle's read is at most three intervals old (that read opens the
+    window; else two reads at most half an interval apart), connections kept open from cycle to cycle, and
+    nothing waited for verification inside a cycle (the next cycles verify)."""
     from collectors.host import LocalProcessFinder
+    from doctor.read_memory import ReadMemory
+    from doctor.reading import KeptTransport
 
     interval = config.serve.interval_s
     sample = min(config.sample_s, max(0.2, interval / 2))
@@ -29,7 +32,8 @@ def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
                 request_timeout_s=min(config.request_timeout_s, config.timeout_s),
                 long_prompt_tokens=config.long_prompt_tokens, very_long_prompt_tokens=config.very_long_prompt_tokens,
                 router=config.router.url, history=True, fix=True, verify_wait_s=0.0, trigger="serve",
-                process_finder=LocalProcessFinder())
+                process_finder=LocalProcessFinder(), memory=ReadMemory(fresh_s=3 * interval),
+                transport=KeptTransport(max_connections=8 * max(1, len(config.engines)) + 8))
 
 
 async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock: socket.socket) -> None:
@@ -37,6 +41,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     import uvicorn
 
     from doctor.cycle import run_cycle
+    from doctor.reading import KeptTransport
     from doctor.remedy.setup import remediator
     from doctor.serve.app import Api
     from doctor.serve.events import EventHub
@@ -75,6 +80,9 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
         loops.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await loops
+        if isinstance(plan.transport, KeptTransport):
+            with contextlib.suppress(Exception):
+                await plan.transport.close()
         if notifier is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.gather(*sends, return_exceptions=True), 5.0)

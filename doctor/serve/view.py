@@ -35,7 +35,7 @@ def actions_doc(store: ActionStore, recent: int = 50) -> dict[str, Any]:
 def _history(state_dir: Path, engines: list[str], points: int, since_s: float) -> dict[str, dict[str, list[Any]]]:
     from collectors.history import SignalHistory
 
-    hist = SignalHistory(state_dir / "history.json")
+    hist = SignalHistory(state_dir / "history.jsonl")
     out: dict[str, dict[str, list[Any]]] = {}
     for name in engines:
         out[name] = {s: [[round(t, 3), v] for t, v in hist.series(name, s, since_s)[-points:]] for s in SPARK_SIGNALS}
@@ -49,7 +49,7 @@ def histogram_series(state_dir: Path, engine: str, url: str, points: int) -> dic
 
     from collectors.snapstore import SnapshotStore
 
-    snaps = SnapshotStore(state_dir / "snapshots.json").load(engine, url)[-points:]
+    snaps = SnapshotStore(state_dir / "snapshots.jsonl").load(engine, url)[-points:]
     out: dict[str, list[list[Any]]] = {}
     for name in HEATMAP_HISTOGRAMS:
         out[name] = [[round(s.timestamp, 3), ["+Inf" if math.isinf(b) else b for b in h.bounds], list(h.cumulative)]

@@ -1,5 +1,5 @@
-"""SignalHistory parses its file once per change, not once per series or baseline a playbook asks for, and still
-sees what another process (cron beside the daemon) wrote."""
+"""SignalHistory parses each line of its file once, not once per series or baseline a playbook asks for, and still
+sees what another process (cron beside the daemon) appended, reading only the new lines."""
 
 from __future__ import annotations
 
@@ -7,32 +7,55 @@ from pathlib import Path
 
 import pytest
 
-import collectors.history as history_module
+import collectors.jsonlines as lines_module
 from collectors.history import SignalHistory
 
 
 def test_reads_are_served_from_the_last_parse_until_the_file_changes(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "history.json"
+    path = tmp_path / "history.jsonl"
     clock = [1000.0]
     writer, reader = SignalHistory(path, clock=lambda: clock[0]), SignalHistory(path, clock=lambda: clock[0])
     writer.append_many(990.0, {"hot": {"waiting": 3.0}, "cold": {"waiting": 1.0}})
     parses = []
-    real = history_module.json.loads
-    monkeypatch.setattr(history_module.json, "loads", lambda raw: parses.append(1) or real(raw))
+    real = lines_module.json.loads
+    monkeypatch.setattr(lines_module.json, "loads", lambda raw: parses.append(1) or real(raw))
     for _ in range(20):
         assert reader.series("hot", "waiting", 60.0) == [(990.0, 3.0)]
         reader.baseline("cold", "waiting", 60.0)
-    assert len(parses) == 1
-    writer.append("hot", 995.0, {"waiting": 5.0})  # another process rewrites the file
+    assert len(parses) == 2  # two lines, each parsed once
+    writer.append("hot", 995.0, {"waiting": 5.0})  # another process appends a line
     assert reader.series("hot", "waiting", 60.0) == [(990.0, 3.0), (995.0, 5.0)]
-    assert len(parses) == 2
+    assert len(parses) == 3  # only the new line
     writer.series("hot", "waiting", 60.0)  # the writer knows what it wrote
-    assert len(parses) == 2
+    assert len(parses) == 3
 
 
 def test_append_many_is_one_rewrite(tmp_path: Path) -> None:
-    h = SignalHistory(tmp_path / "history.json", clock=lambda: 1000.0)
+    h = SignalHistory(tmp_path / "history.jsonl", clock=lambda: 1000.0)
     h.append_many(999.0, {"a": {"x": 1.0, "y": None, "z": float("nan")}, "b": {"x": 2.0}})
     assert h.series("a", "x", 10) == [(999.0, 1.0)] and h.series("b", "x", 10) == [(999.0, 2.0)]
     assert h.series("a", "y", 10) == [] and h.series("a", "z", 10) == []
+
+
+def test_the_older_one_document_history_is_taken_over_once(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "history.json").write_text(json.dumps({"version": 1, "engines": {"hot": [[990.0, {"qps": 2.0}]]}}))
+    h = SignalHistory(tmp_path / "history.jsonl", clock=lambda: 1000.0)
+    assert h.series("hot", "qps", 60.0) == [(990.0, 2.0)]
+    assert (tmp_path / "history.json.migrated").exists() and not (tmp_path / "history.json").exists()
+    h.append("hot", 995.0, {"qps": 3.0})
+    assert SignalHistory(tmp_path / "history.jsonl", clock=lambda: 1000.0).series("hot", "qps", 60.0) == \
+        [(990.0, 2.0), (995.0, 3.0)]
+
+
+def test_history_is_rewritten_only_when_it_holds_twice_what_it_keeps(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    clock = [0.0]
+    h = SignalHistory(path, max_entries_per_engine=10, clock=lambda: clock[0])
+    for t in range(200):
+        clock[0] = float(t)
+        h.append_many(float(t), {"hot": {"qps": float(t)}, "cold": {"qps": 1.0}})
+        assert len(path.read_text().splitlines()) <= 2 * 20 + 64 + 2
+    assert [v for _, v in h.series("hot", "qps", 1000.0)] == [float(t) for t in range(190, 200)]

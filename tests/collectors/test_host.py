@@ -172,6 +172,11 @@ class FakeProc:
         self.pid, self.title, self._cpu = pid, title, list(cpu)
         self._children = children or []
         self.deny_memory = deny_memory
+        self.running = True
+        self.children_asked = 0
+
+    def is_running(self) -> bool:
+        return self.running
 
     def cmdline(self) -> list[str]:
         return self.title.split()
@@ -192,7 +197,11 @@ class FakeProc:
         return 12
 
     def children(self, recursive: bool = False) -> list[FakeProc]:
+        self.children_asked += 1
         return self._children
+
+    def create_time(self) -> float:
+        return 1.0
 
     def net_connections(self, kind: str = "inet") -> list[Any]:
         return []
@@ -266,6 +275,25 @@ def test_api_server_not_pinned_from_deltas_between_reads() -> None:
     reading = finder.read(8000)
     assert reading.api_server is not None and reading.api_server.cpu_cores == pytest.approx(0.5)
     assert reading.api_server_pinned is False
+
+
+def test_the_engines_processes_are_found_once_while_they_run() -> None:
+    """Its children are looked for again only after RECHECK_S, or at once when one of them has exited."""
+    from collectors.host import RECHECK_S
+
+    api, core = _vllm_tree([100.0])
+    clock = FakeClock()
+    finder = LocalProcessFinder(FakePsutil([api, core], 8000, 200), clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        clock.now += 1.0
+        assert {p.pid for p in finder.read(8000).processes} == {200, 201}
+    assert api.children_asked == 1
+    core.running = False  # the engine core died: the family is looked for again
+    api._children = []
+    assert {p.pid for p in finder.read(8000).processes} == {200} and api.children_asked == 2
+    clock.now += RECHECK_S + 1
+    finder.read(8000)
+    assert api.children_asked == 3
 
 
 def test_access_denied_degrades_with_a_reason() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 from pathlib import Path
 
@@ -32,22 +31,24 @@ def test_history_series_and_baseline(tmp_path: Path) -> None:
     # t in [now - 1800, now - 600): entries 29..48, median 38.5
     assert h.baseline("hot", "p99_ttft_s", window_s=1800, exclude_recent_s=600) == pytest.approx(38.5)
     assert h.baseline("cold", "p99_ttft_s", window_s=1800) is None
-    doc = json.loads(h.path.read_text())
-    assert len(doc["engines"]["hot"]) == 50  # bounded
+    assert len(h.series("hot", "p99_ttft_s", since_s=1e9)) == 50  # bounded
+    assert len(SignalHistory(h.path, max_entries_per_engine=50, max_age_s=3600, clock=clock).series(
+        "hot", "kv_cache_usage", since_s=1e9)) == 50
     clock.t += 7200  # everything ages out at the next write
     h.append("cold", clock.t, {"qps": 1.0})
     assert h.engines() == ["cold"]
 
 
-def test_corrupt_history_starts_fresh_and_keeps_a_copy(tmp_path: Path) -> None:
-    path = tmp_path / "signals.json"
-    path.write_text('{"version": 1, "engines": {"hot": [[1, {"qps": ')
+def test_corrupt_history_lines_are_skipped_and_a_torn_one_kept_aside(tmp_path: Path) -> None:
+    path = tmp_path / "signals.jsonl"
+    path.write_text('[50, "hot", {"qps": 1.0}]\n{"version": 1, "engines": {}}\n[60, "hot", {"qps": ')
     h = SignalHistory(path, clock=Clock(100.0))
-    assert h.series("hot", "qps", 1000) == []
-    assert h.problems and "corrupt" in h.problems[0] and str(path) in h.problems[0]
-    assert (tmp_path / "signals.json.corrupt").read_text().startswith('{"version": 1')
+    assert h.series("hot", "qps", 1000) == [(50.0, 1.0)]
+    assert h.problems == [f"{path}: skipped 1 unreadable line(s)",
+                          f"{path}: its last line is incomplete (20 bytes): ignored"]
     h.append("hot", 100.0, {"qps": 2.0})
-    assert h.series("hot", "qps", 1000) == [(100.0, 2.0)]
+    assert h.series("hot", "qps", 1000) == [(50.0, 1.0), (100.0, 2.0)]
+    assert (tmp_path / "signals.jsonl.corrupt").read_text() == '[60, "hot", {"qps": \n'  # nothing lost
     path.write_bytes(b"\xff\xfe\x00garbage")
     assert SignalHistory(path, clock=Clock(100.0)).baseline("hot", "qps", 1000) is None
     assert not list(tmp_path.glob("*.tmp"))

@@ -119,7 +119,7 @@ def test_a_cap_is_seen_only_when_running_holds_while_requests_wait() -> None:
 
 
 def test_the_store_keeps_snapshots_across_runs_and_drops_another_engine(tmp_path: Path) -> None:
-    store = SnapshotStore(tmp_path / "snapshots.json", max_per_engine=5, max_age_s=100.0)
+    store = SnapshotStore(tmp_path / "snapshots.jsonl", max_per_engine=5, max_age_s=100.0)
     store.save("hot", "http://a", [snap(0.0, finished=1.0, ttft=(1, 1, 1, 1)), snap(5.0, finished=2.0)])
     store.save("hot", "http://a", [snap(15.0, finished=3.0), snap(5.0, finished=2.0)])  # a repeat is kept once
     got = store.load("hot", "http://a")
@@ -130,17 +130,49 @@ def test_the_store_keeps_snapshots_across_runs_and_drops_another_engine(tmp_path
     assert [s.timestamp for s in store.load("hot", "http://a")] == [200.0]  # pruned by age and count
     store.save("hot", "http://b", [snap(210.0)])
     assert [s.timestamp for s in store.load("hot", "http://b")] == [210.0]
-    json.loads((tmp_path / "snapshots.json").read_text())  # strict JSON
+    for line in (tmp_path / "snapshots.jsonl").read_text().splitlines():  # strict JSON, line by line
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert store.load("hot", "http://a") == []  # the engine's URL changed: its earlier snapshots are gone
 
 
-def test_a_corrupt_store_is_kept_aside_and_the_window_starts_afresh(tmp_path: Path) -> None:
-    path = tmp_path / "snapshots.json"
-    path.write_text("{not json")
+def test_bad_lines_in_the_store_are_skipped_and_said(tmp_path: Path) -> None:
+    path = tmp_path / "snapshots.jsonl"
     store = SnapshotStore(path)
-    assert store.load("hot", "http://a") == []
-    assert store.problems and (tmp_path / "snapshots.json.corrupt").exists()
     store.save("hot", "http://a", [snap(1.0)])
+    with path.open("a") as f:
+        f.write('{not json\n{"v": 2, "e": "hot"}\n')
+    store.save("hot", "http://a", [snap(2.0)])
+    fresh = SnapshotStore(path)
+    assert [s.timestamp for s in fresh.load("hot", "http://a")] == [1.0, 2.0]
+    assert fresh.problems == [f"{path}: skipped 2 unreadable line(s)"]
+
+
+def test_a_torn_last_line_is_dropped_by_the_next_save(tmp_path: Path) -> None:
+    path = tmp_path / "snapshots.jsonl"
+    SnapshotStore(path).save("hot", "http://a", [snap(1.0)])
+    with path.open("a") as f:
+        f.write('{"v": 2, "e": "hot", "u": "http://a", "s": {"t": 3')  # the writer died mid-line
+    store = SnapshotStore(path)
     assert [s.timestamp for s in store.load("hot", "http://a")] == [1.0]
+    store.save("hot", "http://a", [snap(2.0)])
+    assert [s.timestamp for s in SnapshotStore(path).load("hot", "http://a")] == [1.0, 2.0]
+    assert all(line.endswith("}") for line in path.read_text().splitlines())
+
+
+def test_the_store_is_appended_to_and_rewritten_only_when_it_holds_twice_what_it_keeps(tmp_path: Path) -> None:
+    path = tmp_path / "snapshots.jsonl"
+    store, other = SnapshotStore(path, max_per_engine=10), SnapshotStore(path, max_per_engine=10)
+    inode = path.stat().st_ino if path.exists() else None
+    for t in range(60):
+        (store if t % 2 else other).save("hot", "http://a", [snap(float(t))])  # two processes taking turns
+        assert [s.timestamp for s in store.load("hot", "http://a")] == [float(x) for x in range(max(0, t - 9), t + 1)]
+        inode = inode or path.stat().st_ino
+    assert len(path.read_text().splitlines()) <= 2 * 10 + 64 + 1
+    assert path.stat().st_ino == inode  # 60 lines: not rewritten yet
+    for t in range(60, 120):
+        store.save("hot", "http://a", [snap(float(t))])
+    assert path.stat().st_ino != inode and len(path.read_text().splitlines()) <= 2 * 10 + 64 + 1
+    assert [s.timestamp for s in other.load("hot", "http://a")] == [float(x) for x in range(110, 120)]
 
 
 def test_a_first_run_falls_back_to_its_own_two_reads() -> None:

@@ -422,7 +422,7 @@ def test_runbook_names_the_files_the_doctor_writes_and_the_files_shipped() -> No
     text = (DEPLOY / "README.md").read_text()
     executor = (ROOT / "doctor" / "remedy" / "executor.py").read_text()
     assert 'state_dir / "audit.jsonl"' in executor and "`audit.jsonl`" in text
-    for name in (JOURNAL_FILE, STORE_FILE, STATE_FILE, "history.json", "playbooks.json", "diagnose-last.json"):
+    for name in (JOURNAL_FILE, STORE_FILE, STATE_FILE, "history.jsonl", "playbooks.json", "diagnose-last.json"):
         assert f"`{name}`" in text, name
     assert f"touch {DoctorConfig().kill_switch_path(Path(STATE_DIR))}" in text
     shipped = [n for row in re.findall(r"^\| `([\w/.-]+)`(?:, `([\w/.-]+)`)? \|", text, re.M) for n in row if n]

@@ -60,10 +60,11 @@ def test_a_cycle_reads_through_the_plans_transports_and_waits_on_its_sleep(tmp_p
     assert result.report["generated_at"].startswith("2026-")  # the harness's clock (EPOCH is in 2026)
     assert result.report["status"] == "ok" and result.findings == [] and result.pending == []
     assert set(result.signals) == {"hot"} and result.signals["hot"].values.get("dram_utilization") is not None
-    history = json.loads((tmp_path / "history.json").read_text())["engines"]["hot"]
+    lines = (tmp_path / "history.jsonl").read_text().splitlines()
+    history = [(t, values) for t, engine, values in map(json.loads, lines) if engine == "hot"]
     assert {t for t, _ in history} == {h.start + 105}  # the framebuffer baseline too is stamped by the clock
     assert any(BASELINE_SIGNAL in values for _, values in history)
-    assert (tmp_path / "snapshots.json").exists()
+    assert (tmp_path / "snapshots.jsonl").exists()
 
 
 def test_history_is_judged_on_the_plans_clock(tmp_path: Path) -> None:

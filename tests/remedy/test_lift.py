@@ -304,7 +304,7 @@ def test_diagnose_fix_lifts_a_limit_that_only_refuses_a_trickle(world: World) ->
                        timeout=30)
         assert r.status_code == 413
     # ... but a cron run 11 minutes ago (the limit then already in force for a while) saw the counter at 0.
-    SignalHistory(world.state / "history.json").append("hot", time.time() - 660, {"length_limit_refusals_total": 0.0})
+    SignalHistory(world.state / "history.jsonl").append("hot", time.time() - 660, {"length_limit_refusals_total": 0.0})
     world.clock.now += 30
     [lifted] = _diagnose(world)["actions"]
     assert lifted["status"] == "expired", lifted

@@ -49,7 +49,7 @@ def test_standalone_runs_the_doctors_cycle_over_the_configs_engines(d: Deploymen
     assert code == 0, err
     assert "standalone (observe)" in out and "route>16384" in out
     assert any(line.startswith("hot ") for line in out.splitlines())
-    assert (tmp_path / "state" / "history.json").exists()  # the cycle recorded what it read, as every cycle does
+    assert (tmp_path / "state" / "history.jsonl").exists()  # the cycle recorded what it read, as every cycle does
 
     from doctor.config import load_config
 
