@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -24,10 +23,10 @@ from typing import Any, Protocol
 import psutil
 
 from doctor.remedy.model import ActuatorError, LaunchedEngine
+from doctor.secrets import redact_command
 
 SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
 START_MARK = "=== serving-doctor launcher: starting "
-_SECRET_WORDS = ("key", "token", "secret", "password")
 
 
 class Process(Protocol):
@@ -78,25 +77,7 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def redact(command: str) -> str:
-    """A command line safe to show: values of --api-key/--*token*/... flags and X_TOKEN=... assignments masked."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return "(command not shown)"
-    out: list[str] = []
-    hide_next = False
-    for w in words:
-        name, eq, _ = w.partition("=")
-        secret = any(k in name.lower() for k in _SECRET_WORDS)
-        if hide_next:
-            out.append("***")
-        elif eq and secret:
-            out.append(f"{name}=***")
-        else:
-            out.append(w)
-        hide_next = w.startswith("--") and not eq and secret
-    return shlex.join(out)
+redact = redact_command  # a command line safe to show (doctor.secrets)
 
 
 class EngineProcesses:

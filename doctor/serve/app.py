@@ -29,6 +29,7 @@ from doctor.serve.view import actions_doc, state_doc
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CODES = {"ok": 200, "refused": 409, "unknown": 404}
+DECISION_BODY_MAX = 64 * 1024
 
 
 class TooLarge(Exception):
@@ -122,9 +123,11 @@ class Api:
         if (denied := check(self.creds, request.headers, "write")) is not None:
             return _error(denied.status, denied.reason, {"WWW-Authenticate": 'Bearer realm="doctor serve"'})
         try:
-            raw = await _body(request, 64 * 1024)
+            raw = await _body(request, DECISION_BODY_MAX)
             doc = json.loads(raw) if raw.strip() else {}
-        except (TooLarge, ValueError, ClientDisconnect):
+        except TooLarge:
+            return _error(413, f"a decision's body is over the limit of {DECISION_BODY_MAX} bytes")
+        except (ValueError, ClientDisconnect):
             return _error(400, "the body must be a JSON object like {\"who\": \"alice\", \"reason\": \"...\"}")
         if not isinstance(doc, dict) or not all(isinstance(doc.get(k, ""), str) for k in ("who", "reason")):
             return _error(400, "the body must be a JSON object like {\"who\": \"alice\", \"reason\": \"...\"}")

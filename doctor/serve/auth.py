@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from doctor.config_serve import ServeSettings
+from doctor.secrets import SecretFileError, read_secret_file, same_secret
 
-
-class CredentialError(Exception):
-    """A token or password file that cannot be read or is empty."""
+CredentialError = SecretFileError  # a token or password file that cannot be used (the message names it)
 
 
 @dataclass(frozen=True)
@@ -47,15 +45,7 @@ def load_credentials(settings: ServeSettings) -> Credentials:
 
 
 def _read(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise CredentialError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not text:
-        raise CredentialError(f"{path} is empty; it must hold the secret")
-    return text
+    return None if path is None else read_secret_file(path)
 
 
 def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied | None:
@@ -85,8 +75,7 @@ def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied |
     return Denied(401, "reads need the bearer token of [serve] read_token_file (or the write token)")
 
 
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+_same = same_secret  # constant time
 
 
 def _basic_ok(creds: Credentials, value: str) -> bool:
