@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from collectors.jsonfile import open_private, private_dir
 from doctor.remedy.model import ActionRecord
 from doctor.secrets import REDACTED, Redactor, secret_key
 
@@ -68,8 +69,8 @@ class AuditLog:
     def _append(self, line: dict[str, Any]) -> dict[str, Any]:
         clean: dict[str, Any] = self.redact(line)
         data = (json.dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        private_dir(self.path.parent)
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from collectors.jsonfile import open_private, private_dir
 from doctor.remedy.model import ActuatorError, LaunchedEngine
 from doctor.secrets import redact_command
 
@@ -66,9 +67,14 @@ class ProcessTable(Protocol):
 
 def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
     """Start `command` through sh, detached: a new session (own process group), output appended to `log`."""
-    with open(log, "ab") as out:
+    with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         return subprocess.Popen(command, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def free_port(host: str) -> int:
@@ -100,13 +106,12 @@ class EngineProcesses:
         return self.dir / f"{key}.pid", self.dir / f"{key}.json"
 
     def _save(self, rec: LaunchedEngine) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         pid_file, meta = self._files(rec.key)
         tmp = meta.with_suffix(".tmp")
-        tmp.touch(mode=0o600)  # the command line may hold an --api-key
-        tmp.write_text(json.dumps(asdict(rec), sort_keys=True))
+        _write_private(tmp, json.dumps(asdict(rec), sort_keys=True))  # the command line may hold an --api-key
         tmp.replace(meta)
-        pid_file.write_text(f"{rec.pid}\n")
+        _write_private(pid_file, f"{rec.pid}\n")
 
     def _forget(self, rec: LaunchedEngine) -> None:
         for path in self._files(rec.key):
@@ -161,7 +166,7 @@ class EngineProcesses:
     def start(self, name: str, line: str, *, url: str, port: int, gpus: Sequence[int],
               args: Mapping[str, Any], role: str | None = None) -> LaunchedEngine:
         """Start `line` on `gpus` and record it; ActuatorError when it cannot be started."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         log = self.dir / f"{name}@{port}.log"
         try:
             proc = self._spawn(line, gpus, log)
@@ -189,7 +194,7 @@ class EngineProcesses:
         """Start one command line; the log gets a start mark so its tail shows only this start."""
         env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in self.secret_env}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-        with open(log, "a", encoding="utf-8") as out:
+        with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as out:
             out.write(f"{START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {redact(line)}\n")
         return self.spawn(line, env, log)
 
