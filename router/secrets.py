@@ -95,6 +95,7 @@ _PAIR = re.compile(r"(?i)\b((?:[\w-]+[_-])?(?:token|secret|password|passwd|api[_
 _USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")
 _FLAG = re.compile(r"(?i)(--[\w-]*(?:key|token|secret|password)[\w-]*)(\s+|=)(?!\[redacted\])(\S+)")
 _FLAG_WORDS = ("key", "token", "secret", "password")
+_HINTS = ("bearer", "basic", "token", "secret", "passw", "key", "auth", "credential", "@")  # what the patterns need
 
 
 def secret_key(key: str) -> bool:
@@ -126,6 +127,9 @@ class Redactor:
             return REDACTED
         for s in self.secrets:
             value = value.replace(s, REDACTED)
+        low = value.lower()
+        if not any(h in low for h in _HINTS):
+            return value
         value = _BEARER.sub(REDACTED, value)
         value = _FLAG.sub(lambda m: m.group(1) + m.group(2) + REDACTED, value)
         value = _PAIR.sub(lambda m: m.group(1) + REDACTED, value)
@@ -140,6 +144,16 @@ class Redactor:
         if isinstance(data, str):
             return self.text(data)
         return data
+
+
+    def strings(self, data: Any) -> Any:
+        """Every string in JSON-like data redacted (keys kept, values judged by their text only): for documents
+        whose keys are not secrets' names (reports, the daemon's state)."""
+        if isinstance(data, dict):
+            return {k: self.strings(v) for k, v in data.items()}
+        if isinstance(data, list | tuple):
+            return [self.strings(v) for v in data]
+        return self.text(data) if isinstance(data, str) else data
 
 
 REDACT = Redactor()  # the patterns alone, for output that has no configured secrets at hand

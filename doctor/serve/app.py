@@ -107,14 +107,14 @@ class Api:
     async def get_state(self, request: Request) -> Response:
         if (denied := check(self.creds, request.headers, "read")) is not None:
             return _error(denied.status, denied.reason)
-        return JSONResponse(await state_doc(self.daemon, self.remediator.store, points=self.history_points,
-                                            router=self.router, router_token=self.router_token,
-                                            histograms=request.query_params.get("histograms")))
+        doc = await state_doc(self.daemon, self.remediator.store, points=self.history_points, router=self.router,
+                              router_token=self.router_token, histograms=request.query_params.get("histograms"))
+        return JSONResponse(self.audit.redact.strings(doc))
 
     async def get_actions(self, request: Request) -> Response:
         if (denied := check(self.creds, request.headers, "read")) is not None:
             return _error(denied.status, denied.reason)
-        return JSONResponse(actions_doc(self.remediator.store))
+        return JSONResponse(self.audit.redact.strings(actions_doc(self.remediator.store)))
 
     async def post_decision(self, request: Request) -> Response:
         verb, record_id = request.path_params["verb"], request.path_params["record_id"]
