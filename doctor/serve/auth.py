@@ -1,8 +1,8 @@
 """Who may call what: bearer tokens (or Alertmanager's basic auth) read from files when the daemon starts.
 
 - alerts (`POST /v1/alerts`): `Authorization: Bearer <alert token>` (the write token when no alert token is set)
-  or basic auth with the configured user and password; with no credential configured at all, anyone who can
-  reach the (loopback) address;
+  or basic auth with the configured user and password; with no credential configured at all they are refused
+  (403: an alert starts the doctor's cycle, and every call that changes state is authenticated);
 - writes (approve, reject, rollback): the write token (`[serve] token_file`); without one they are refused;
 - reads: the read token or the write token when `read_token_file` is set, else anyone who can reach the address.
 """
@@ -56,7 +56,8 @@ def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied |
     if kind == "alert":
         token = creds.alert_token or creds.write_token
         if token is None and creds.basic_user is None:
-            return None
+            return Denied(403, "alerts are off: set [serve] token_file or alert_token_file (the bearer token "
+                               "Alertmanager sends), or basic_auth_user and basic_auth_password_file")
         if bearer is not None and token is not None and _same(bearer, token):
             return None
         if scheme.lower() == "basic" and creds.basic_user is not None and _basic_ok(creds, value.strip()):

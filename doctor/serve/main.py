@@ -123,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                authenticated=creds.write_token is not None)
     if warning:
         print(f"doctor serve: {warning}", file=sys.stderr, flush=True)
+    if creds.write_token is None:
+        print("doctor serve: warning: no [serve] token_file: alerts (unless alert_token_file or basic auth is set) "
+              "and people's decisions are refused", file=sys.stderr, flush=True)
     try:
         with StateDir(state_dir).lock("serve"):
             from doctor.serve.daemon import serve
