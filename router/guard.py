@@ -87,8 +87,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         return Refused(431, f"the request's headers are over this server's limit of {self.max_header_bytes} bytes")
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            self._raw += len(data)
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -106,8 +104,11 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self._refuse(Refused(400, f"malformed HTTP request: {exc}"))
             return
         # a header line still arriving: httptools buffers it whole, so bound the bytes of an unfinished head too
-        if self._in_head and self._raw > 2 * self.max_header_bytes + 65536:
-            self._refuse(self._too_large())
+        # (counted after feeding: a new message's start resets the count)
+        if self._in_head:
+            self._raw += len(data)
+            if self._raw > 2 * self.max_header_bytes + 65536:
+                self._refuse(self._too_large())
 
     def _refuse(self, exc: Refused) -> None:
         log.warning("refused a request from %s: %d %s", f"{self.client[0]}:{self.client[1]}" if self.client else "?",
@@ -116,7 +117,11 @@ class GuardedHttpTools(HttpToolsProtocol):
                                      "code": exc.status}}).encode()
         head = [f"HTTP/1.1 {exc.status} {_REASONS[exc.status]}".encode(), b"content-type: application/json",
                 f"content-length: {len(body)}".encode(), b"connection: close"]
-        if self.cycle is None or self.cycle.response_complete:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app reading this body sees the client gone, and writes nothing more
+            cycle.message_event.set()
+        if cycle is None or cycle.response_complete or not cycle.response_started:
             self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         self.transport.close()
 
