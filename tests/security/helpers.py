@@ -39,17 +39,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def exchange(port: int, raw: bytes, *, tls: ssl.SSLContext | None = None, timeout_s: float = 20.0) -> tuple[bytes, bool]:
+def exchange(port: int, raw: bytes, *, tls: ssl.SSLContext | None = None,
+             timeout_s: float = 20.0) -> tuple[bytes, bool]:
     """Send raw bytes; read until the server closes or goes quiet. (what came back, whether it closed)"""
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
     if tls is not None:
         sock = tls.wrap_socket(sock, server_hostname="127.0.0.1")
     data, closed = b"", False
     with sock:
-        try:
+        with contextlib.suppress(OSError):  # the server may close before it has read everything: its answer counts
             sock.sendall(raw)
-        except OSError:
-            pass  # the server may close before it has read everything: what it answered still counts
         sock.settimeout(3.0)
         try:
             while True:
@@ -58,7 +57,7 @@ def exchange(port: int, raw: bytes, *, tls: ssl.SSLContext | None = None, timeou
                     closed = True
                     break
                 data += chunk
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             pass
         except (ConnectionResetError, ssl.SSLError):
             closed = True
