@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -139,14 +141,14 @@ def process(argv: Sequence[str], log: Path, *, env: dict[str, str] | None = None
                 proc.wait(5)
 
 
-def wait_until(what: str, probe: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path,
+def wait_until(what: str, probe: Callable[[], bool], proc: subprocess.Popen[bytes] | None, log: Path,
                timeout_s: float = 60.0) -> None:
     """Until `probe()` holds (a bounded wait); AssertionError with the log when the process exits or time is up."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise AssertionError(f"{what}: the process exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, httpx.HTTPError):
             if probe():
                 return
         if time.monotonic() > deadline:
