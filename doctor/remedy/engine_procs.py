@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +29,7 @@ from doctor.remedy.model import ActuatorError, LaunchedEngine
 from doctor.secrets import redact_command
 
 SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
+_PLAIN = re.compile(r"[A-Za-z0-9_.@-]{1,120}")
 START_MARK = "=== serving-doctor launcher: starting "
 
 
@@ -72,6 +75,15 @@ def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
 
 
+def file_stem(key: str) -> str:
+    """A file name for an engine's key (`name@port`) that stays in its directory whatever the name holds: kept
+    when plain, else its unsafe characters replaced and a hash of the whole added (names are free text)."""
+    if _PLAIN.fullmatch(key) and not key.startswith("."):
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{re.sub(r'[^A-Za-z0-9_.@-]', '_', key)[:80].lstrip('.')}-{digest}"
+
+
 def _write_private(path: Path, text: str) -> None:
     with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as out:
         out.write(text)
@@ -103,7 +115,8 @@ class EngineProcesses:
     # ----- records -------------------------------------------------------------------------------
 
     def _files(self, key: str) -> tuple[Path, Path]:
-        return self.dir / f"{key}.pid", self.dir / f"{key}.json"
+        stem = file_stem(key)
+        return self.dir / f"{stem}.pid", self.dir / f"{stem}.json"
 
     def _save(self, rec: LaunchedEngine) -> None:
         private_dir(self.dir)
@@ -167,7 +180,7 @@ class EngineProcesses:
               args: Mapping[str, Any], role: str | None = None) -> LaunchedEngine:
         """Start `line` on `gpus` and record it; ActuatorError when it cannot be started."""
         private_dir(self.dir)
-        log = self.dir / f"{name}@{port}.log"
+        log = self.dir / f"{file_stem(f'{name}@{port}')}.log"
         try:
             proc = self._spawn(line, gpus, log)
         except OSError as exc:
