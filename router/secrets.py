@@ -91,7 +91,7 @@ _SECRET_WORDS = frozenset({"token", "secret", "secrets", "password", "passwd", "
 _SECRET_JOINED = ("api_key", "api-key", "apikey", "access_key", "private_key", "client_secret", "x-api-key")
 _BEARER = re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _PAIR = re.compile(r"(?i)\b((?:[\w-]+[_-])?(?:token|secret|password|passwd|api[_-]?key|authorization|credentials?)"
-                   r"\"?\s*[=:]\s*\"?)(?!\[redacted\])[^\s&\"',;]+")
+                   r"[\"']?\s*[=:]\s*[\"']?)(?!\[redacted\])[^\s&\"',;}]+")
 _USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")
 _FLAG = re.compile(r"(?i)(--[\w-]*(?:key|token|secret|password)[\w-]*)(\s+|=)(?!\[redacted\])(\S+)")
 _FLAG_WORDS = ("key", "token", "secret", "password")
