@@ -25,33 +25,33 @@ class SecretFileError(ValueError):
     """A token or password file that cannot be used; the message names the file and what is wrong."""
 
 
-def read_secret_file(path: Path | str) -> str:
+def read_secret_file(path: Path | str, what: str = "secret file") -> str:
     """The secret in `path` (stripped). Refused: unreadable, not a regular file, empty, or readable or writable
     by the group or others (mode & 0o077: `chmod 600` it)."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise SecretFileError(f"cannot read the secret file {p}: {exc.strerror or exc}") from None
+        raise SecretFileError(f"cannot read the {what} {p}: {exc.strerror or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise SecretFileError(f"the secret file {p} is not a regular file")
+            raise SecretFileError(f"the {what} {p} is not a regular file")
         mode = stat.S_IMODE(st.st_mode)
         if mode & 0o077:
-            raise SecretFileError(f"the secret file {p} has mode {mode:04o}: the group or others may read or change "
+            raise SecretFileError(f"the {what} {p} has mode {mode:04o}: the group or others may read or change "
                                   f"it; make it private with `chmod 600 {p}`")
         raw = os.read(fd, MAX_SECRET_BYTES + 1)
     finally:
         os.close(fd)
     if len(raw) > MAX_SECRET_BYTES:
-        raise SecretFileError(f"the secret file {p} is over {MAX_SECRET_BYTES} bytes; it must hold just the secret")
+        raise SecretFileError(f"the {what} {p} is over {MAX_SECRET_BYTES} bytes; it must hold just the secret")
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise SecretFileError(f"the secret file {p} is not UTF-8 text") from None
+        raise SecretFileError(f"the {what} {p} is not UTF-8 text") from None
     if not text:
-        raise SecretFileError(f"the secret file {p} is empty; it must hold the secret")
+        raise SecretFileError(f"the {what} {p} is empty; it must hold the secret")
     return text
 
 
@@ -68,7 +68,7 @@ def write_private(path: Path | str, text: str) -> None:
 def load_token(file: Path | str | None, env_name: str | None, environ: Mapping[str, str] | None = None) -> str | None:
     """A bearer token: the file when one is given (read_secret_file), else the environment variable; None: none."""
     if file:
-        return read_secret_file(file)
+        return read_secret_file(file, "token file")
     env = os.environ if environ is None else environ
     return (env.get(env_name, "").strip() or None) if env_name else None
 
