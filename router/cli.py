@@ -11,6 +11,7 @@ from pathlib import Path
 from router.app import Router
 from router.config import ConfigError, load_config, validate
 from router.listen import exposure_warning, tls_options
+from router.secrets import Redactor, redact_logs
 from router.server import bind, run_loop, serve
 
 
@@ -66,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"doctor router: {exc}", file=sys.stderr)
         return 2
+    redact_logs(Redactor([router.token]))  # upstream URLs may carry user:password; the token never shows
     if router.load_warning:
         print(f"doctor router: warning: {router.load_warning}", file=sys.stderr)
     if not router.store.loaded_from_file and not (cfg.hot or cfg.cold):
