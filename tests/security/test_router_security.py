@@ -29,6 +29,7 @@ from tests.security.helpers import (
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "router-policy-t0ken-0123456789"
 HEADER_LIMIT = 4096
+PASSWORD = "upstream-pa55"
 
 
 @dataclass
@@ -42,9 +43,9 @@ class Running:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _router(tmp: Path, up: Upstream, *extra: str, port: int | None = None) -> list[str]:
+def _router(tmp: Path, up: Upstream, *extra: str, port: int | None = None, hot: str | None = None) -> list[str]:
     (tmp / "router.toml").write_text(f"max_header_bytes = {HEADER_LIMIT}\nmax_body_bytes = 65536\n")
-    return ["-m", "router.cli", "--hot", up.url, "--cold", up.url, "--port", str(port or free_port()),
+    return ["-m", "router.cli", "--hot", hot or up.url, "--cold", up.url, "--port", str(port or free_port()),
             "--policy-file", "", "--config", str(tmp / "router.toml"), *extra]
 
 
@@ -52,7 +53,8 @@ def _router(tmp: Path, up: Upstream, *extra: str, port: int | None = None) -> li
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     tmp = Path(tmp_path_factory.mktemp("router-sec"))
     port, log = free_port(), tmp / "router.log"
-    with Upstream() as up, process(_router(tmp, up, port=port), log, env={"ROUTER_POLICY_TOKEN": TOKEN}) as proc:
+    with Upstream() as up, process(_router(tmp, up, port=port, hot=up.url.replace("//", f"//ops:{PASSWORD}@")),
+                                   log, env={"ROUTER_POLICY_TOKEN": TOKEN}) as proc:
         wait_until("the router listening", lambda: listening(port), proc, log)
         yield Running(port, up, log)
 
@@ -129,9 +131,10 @@ def test_the_policy_api_needs_the_bearer_token(router: Running) -> None:
     assert r.status_code == 200 and r.json()["changes"] == ["batch_timeout_ms: 0 -> 60"]
 
 
-def test_on_loopback_there_is_no_exposure_warning(router: Running) -> None:
+def test_on_loopback_there_is_no_exposure_warning_and_the_log_keeps_secrets_out(router: Running) -> None:
     said = router.log.read_text()
     assert "listening on http://127.0.0.1" in said and "reachable from other hosts" not in said
+    assert "upstream hot (http://[redacted]@127.0.0.1" in said and PASSWORD not in said and TOKEN not in said
 
 
 def test_beyond_loopback_it_warns_loudly_and_serves_tls_the_client_verifies(tmp_path: Path) -> None:
