@@ -63,3 +63,22 @@ def test_a_hostile_engine_name_in_the_config_is_quoted_in_its_launch_command(tmp
     target = EngineTarget(name=engine.name, role="hot", url=engine.url, launcher=engine.launcher)
     assert _argv(launcher, target, {})[0] == word
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_launcher_is_the_only_place_a_shell_runs() -> None:
+    """shell=True, os.system, os.popen and create_subprocess_shell: only popen_spawn, whose line is quoted above."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for room in ("doctor", "collectors", "playbooks", "tui", "router"):
+        for path in sorted((root / room).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = ast.unparse(node.func)
+                shell = any(k.arg == "shell" and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                            for k in node.keywords)
+                if shell or name in ("os.system", "os.popen") or name.endswith("create_subprocess_shell"):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {name}")
+    assert len(found) == 1 and found[0].startswith("doctor/remedy/engine_procs.py:"), found
