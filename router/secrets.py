@@ -93,9 +93,19 @@ _BEARER = re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
 _PAIR = re.compile(r"(?i)\b((?:[\w-]+[_-])?(?:token|secret|password|passwd|api[_-]?key|authorization|credentials?)"
                    r"[\"']?\s*[=:]\s*[\"']?)(?!\[redacted\])[^\s&\"',;}]+")
 _USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")
-_FLAG = re.compile(r"(?i)(--[\w-]*(?:key|token|secret|password)[\w-]*)(\s+|=)(?!\[redacted\])(\S+)")
-_FLAG_WORDS = ("key", "token", "secret", "password")
+_FLAG = re.compile(r"(--[A-Za-z0-9][\w-]*)(\s+|=)(?!\[redacted\])(\S+)")
+_FLAG_SEGMENTS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"})
 _HINTS = ("bearer", "basic", "token", "secret", "passw", "key", "auth", "credential", "@")  # what the patterns need
+
+
+def secret_flag(name: str) -> bool:
+    """Does a flag or variable name a secret? (`--api-key`, `HF_TOKEN`, `--hf-token`: yes;
+    `--max-num-batched-tokens`, `--ssl-keyfile`: no.)"""
+    return any(part in _FLAG_SEGMENTS for part in re.split(r"[-_]+", name.lower()) if part)
+
+
+def _flag(m: re.Match[str]) -> str:
+    return m.group(1) + m.group(2) + REDACTED if secret_flag(m.group(1)) else m.group(0)
 
 
 def secret_key(key: str) -> bool:
@@ -131,7 +141,7 @@ class Redactor:
         if not any(h in low for h in _HINTS):
             return value
         value = _BEARER.sub(REDACTED, value)
-        value = _FLAG.sub(lambda m: m.group(1) + m.group(2) + REDACTED, value)
+        value = _FLAG.sub(_flag, value)
         value = _PAIR.sub(lambda m: m.group(1) + REDACTED, value)
         return _USERINFO.sub(REDACTED + "@", value)
 
@@ -169,7 +179,7 @@ def redact_command(command: str) -> str:
     hide_next = False
     for w in words:
         name, eq, _ = w.partition("=")
-        secret = any(k in name.lower() for k in _FLAG_WORDS)
+        secret = secret_flag(name)
         if hide_next:
             out.append("***")
         elif eq and secret:

@@ -149,6 +149,7 @@ LEAKS = [
     ("password=pa55word&user=x", "pa55word"),
     ('{"token": "t0ken-in-json"}', "t0ken-in-json"),
     ("HF_TOKEN=hf_abcdef vllm serve", "hf_abcdef"),
+    ("vllm serve m --hf-token hf_xyz987", "hf_xyz987"),
 ]
 
 
@@ -160,15 +161,16 @@ def test_one_redaction_hides_tokens_passwords_headers_userinfo_and_api_keys(text
 
 def test_redaction_keeps_what_is_not_secret() -> None:
     for text in ("max_tokens=16 prompt_tokens: 12", "http://10.0.0.7:8000/v1/completions", "kv_cache_usage 0.93",
-                 "route_threshold_tokens: 5120 -> 4096"):
+                 "route_threshold_tokens: 5120 -> 4096", "vllm serve m --max-num-batched-tokens 8192 --ssl-keyfile k",
+                 "max_num_batched_tokens=8192"):
         assert REDACT.text(text) == text
     assert Redactor(["c0nfigured"]).text("x c0nfigured y") == "x [redacted] y"
     doc = {"token_count_method": "estimate", "url": "http://u:pw1@h:1", "n": [1, "Bearer zzz"]}
     assert REDACT.strings(doc) == {"token_count_method": "estimate", "url": "http://[redacted]@h:1",
                                    "n": [1, "[redacted]"]}
     assert REDACT({"Authorization": "x", "max_tokens": 4}) == {"Authorization": "[redacted]", "max_tokens": 4}
-    assert redact_command("X_TOKEN=1 vllm serve m --api-key k --port 8000") == \
-        "'X_TOKEN=***' vllm serve m --api-key '***' --port 8000"
+    assert redact_command("X_TOKEN=1 vllm serve m --api-key k --port 8000 --max-num-batched-tokens 64") == \
+        "'X_TOKEN=***' vllm serve m --api-key '***' --port 8000 --max-num-batched-tokens 64"
 
 
 def test_the_doctor_writes_through_the_one_helper() -> None:
