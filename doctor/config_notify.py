@@ -39,11 +39,11 @@ class NotifySettings:
     def resolve_url(self) -> str | None:
         """The URL, read from `url_file` when that is set (OSError when it cannot be read)."""
         if self.url_file is not None:
-            return read_secret_file(self.url_file)
+            return read_secret_file(self.url_file, "url file")
         return self.url
 
     def token(self) -> str | None:
-        return None if self.token_file is None else read_secret_file(self.token_file)
+        return None if self.token_file is None else read_secret_file(self.token_file, "token file")
 
 
 def notify_settings(t: Table, resolve: Callable[[str | None], Path | None]) -> NotifySettings:

@@ -314,7 +314,7 @@ def test_from_settings_reads_the_url_and_token_files(tmp_path: Path, caplog: pyt
         assert rec.wait_for(1)[0].headers["authorization"] == "Bearer t0ken"
     with caplog.at_level(logging.ERROR, logger="doctor.notify"):
         assert Notifier.from_settings(NotifySettings(url_file=tmp_path / "missing")) is None
-        (tmp_path / "empty").write_text("\n")
+        write_private(tmp_path / "empty", "\n")
         assert Notifier.from_settings(NotifySettings(url_file=tmp_path / "empty")) is None
     assert "cannot read" in caplog.text and "is empty" in caplog.text
 
