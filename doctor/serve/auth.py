@@ -41,11 +41,11 @@ class Denied:
 
 def load_credentials(settings: ServeSettings) -> Credentials:
     return Credentials(_read(settings.token_file), _read(settings.alert_token_file), _read(settings.read_token_file),
-                       settings.basic_auth_user, _read(settings.basic_auth_password_file))
+                       settings.basic_auth_user, _read(settings.basic_auth_password_file, "password file"))
 
 
-def _read(path: Path | None) -> str | None:
-    return None if path is None else read_secret_file(path)
+def _read(path: Path | None, what: str = "token file") -> str | None:
+    return None if path is None else read_secret_file(path, what)
 
 
 def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied | None:
