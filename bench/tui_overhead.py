@@ -25,6 +25,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from doctor.secrets import write_private  # noqa: E402
 from trials.live import LoadThread, Mix, free_port, spawn_engine  # noqa: E402
 
 ENGINE = ["m", "--time-scale", "0.1", "--max-model-len", "16384", "--max-num-seqs", "8", "--sim-startup-scale", "0"]
@@ -50,7 +51,7 @@ print(json.dumps({"cpu_s": time.process_time() - cpu0, "wall_s": time.monotonic(
 
 
 def config(work: Path, engines: dict[str, str], port: int) -> Path:
-    (work / "token").write_text(TOKEN + "\n")
+    write_private(work / "token", TOKEN + "\n")
     path = work / "doctor.toml"
     path.write_text(f'[doctor]\nstate_dir = "{work / "state"}"\nsample_s = "1s"\n'
                     f'[serve]\nlisten = "127.0.0.1:{port}"\ninterval_s = 2\ntoken_file = "token"\n'

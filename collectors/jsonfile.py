@@ -1,6 +1,9 @@
 """One JSON document in the state directory, shared by cron runs and the daemon: read under a shared
 `fcntl` lock on `<path>.lock`, rewritten atomically (temp file, fsync, rename) under an exclusive one.
-A file that cannot be read or parsed is kept as `<path>.corrupt` and the caller starts afresh."""
+A file that cannot be read or parsed is kept as `<path>.corrupt` and the caller starts afresh.
+
+Everything in the state directory is private whatever the umask: directories 0700 (`private_dir`), files 0600
+(`open_private`); the doctor's writers (doctor.state, the journal, the audit log, the alert queue) use these too."""
 
 from __future__ import annotations
 
@@ -14,12 +17,46 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """`mkdir -p` whose new directories are 0700 (whatever the umask); the directory itself, when it is ours and
+    open to the group or others, is made 0700 too."""
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=PRIVATE_DIR)
+        with contextlib.suppress(OSError):
+            os.chmod(d, PRIVATE_DIR)
+    st = os.stat(path)
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path | str, flags: int) -> int:
+    """os.open with O_CREAT, the file 0600 whatever the umask (an existing one of ours tightened to it)."""
+    fd = os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), PRIVATE_FILE)
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o177 and st.st_uid == os.getuid():
+            os.fchmod(fd, PRIVATE_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
 
 @contextlib.contextmanager
 def locked(path: Path, *, exclusive: bool) -> Iterator[None]:
     """Hold the document's lock (shared for readers, exclusive for writers)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a+") as handle:
+    private_dir(path.parent)
+    with os.fdopen(open_private(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_APPEND), "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield

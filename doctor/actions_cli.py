@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from doctor.secrets import add_daemon_client_args
+
 if TYPE_CHECKING:
     from doctor.remedy.model import ActionRecord
 
@@ -39,7 +41,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--daemon", metavar="URL", help="ask a running `doctor serve` at URL (e.g. http://127.0.0.1:9361) "
                    "instead of reading the state directory")
-    p.add_argument("--token-file", type=Path, help="with --daemon: the API token (default: $DOCTOR_SERVE_TOKEN)")
+    add_daemon_client_args(p)
     return p
 
 
@@ -105,7 +107,7 @@ def _via_daemon(command: str, ns: argparse.Namespace, who: str, out: TextIO, err
     from doctor.serve.client import DaemonClient, DaemonError
 
     try:
-        client = DaemonClient(ns.daemon, token_file=ns.token_file)
+        client = DaemonClient(ns.daemon, token_file=ns.token_file, ca_file=ns.ca_file)
         if command == "actions":
             doc = client.actions()
             return _print_actions([ActionRecord.from_dict(r) for r in doc["pending"]],

@@ -125,9 +125,10 @@ class RouterSettings:
     token_file: Path | None = None
 
     def token(self, environ: Mapping[str, str]) -> str | None:
-        if self.token_file is not None:
-            return self.token_file.read_text(encoding="utf-8").strip() or None
-        return environ.get(self.token_env) or None
+        """SecretFileError (a ValueError naming the file) when the token file cannot be used."""
+        from doctor.secrets import load_token
+
+        return load_token(self.token_file, self.token_env, environ)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import cast
 
 from doctor.config_schema import Table
+from doctor.secrets import read_secret_file
 
 NOTIFY_KEYS = ("url", "url_file", "token_file", "min_interval_s", "burst", "timeout_s")
 
@@ -38,13 +39,11 @@ class NotifySettings:
     def resolve_url(self) -> str | None:
         """The URL, read from `url_file` when that is set (OSError when it cannot be read)."""
         if self.url_file is not None:
-            return self.url_file.read_text(encoding="utf-8").strip() or None
+            return read_secret_file(self.url_file, "url file")
         return self.url
 
     def token(self) -> str | None:
-        if self.token_file is None:
-            return None
-        return self.token_file.read_text(encoding="utf-8").strip() or None
+        return None if self.token_file is None else read_secret_file(self.token_file, "token file")
 
 
 def notify_settings(t: Table, resolve: Callable[[str | None], Path | None]) -> NotifySettings:

@@ -19,7 +19,7 @@ DEFAULT_LISTEN = "127.0.0.1:9361"
 Resolve = Callable[[str | None, Path | None], Path | None]
 SERVE_KEYS = ("listen", "interval_s", "token_file", "alert_token_file", "read_token_file", "basic_auth_user",
               "basic_auth_password_file", "queue_size", "body_limit_bytes", "alert_wait_s", "history_points",
-              "engine_labels", "alert_playbooks")
+              "engine_labels", "alert_playbooks", "header_limit_bytes", "tls_cert_file", "tls_key_file")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class ServeSettings:
     basic_auth_password_file: Path | None = None
     queue_size: int = 1000  # alerts accepted but not yet handled; a post beyond it is answered 503
     body_limit_bytes: int = 1 << 20
+    header_limit_bytes: int = 32 * 1024  # request line + headers; over it: 431
+    tls_cert_file: Path | None = None  # serve https with this PEM certificate (chain) and tls_key_file
+    tls_key_file: Path | None = None
     alert_wait_s: float = 600.0  # how long an alert waits for the doctor's own reading to confirm it
     history_points: int = 60  # per signal in GET /v1/state (sparklines)
     engine_labels: tuple[str, ...] = ("engine", "instance", "job")  # alert labels naming an engine, in order
@@ -68,7 +71,10 @@ def serve_settings(t: Table, path: Path | None, resolve: Resolve) -> ServeSettin
     listen = cast(str, t.string("listen", DEFAULT_LISTEN))
     _check_listen(t, listen)
     paths = {k: resolve(t.string(k), path) for k in ("token_file", "alert_token_file", "read_token_file",
-                                                     "basic_auth_password_file")}
+                                                     "basic_auth_password_file", "tls_cert_file", "tls_key_file")}
+    if (paths["tls_cert_file"] is None) != (paths["tls_key_file"] is None):
+        raise t.error("tls_cert_file" if paths["tls_cert_file"] is None else "tls_key_file",
+                      "TLS needs both tls_cert_file (the certificate) and tls_key_file (its private key)")
     user = t.string("basic_auth_user")
     if (user is None) != (paths["basic_auth_password_file"] is None):
         raise t.error("basic_auth_user" if user is None else "basic_auth_password_file",
@@ -89,6 +95,7 @@ def serve_settings(t: Table, path: Path | None, resolve: Resolve) -> ServeSettin
         listen=listen, interval_s=cast(float, t.duration("interval_s", 15.0)), **paths, basic_auth_user=user,
         queue_size=cast(int, t.integer("queue_size", 1000, minimum=1, maximum=1_000_000)),
         body_limit_bytes=cast(int, t.integer("body_limit_bytes", 1 << 20, minimum=1024, maximum=1 << 30)),
+        header_limit_bytes=cast(int, t.integer("header_limit_bytes", 32 * 1024, minimum=1024, maximum=1 << 24)),
         alert_wait_s=cast(float, t.duration("alert_wait_s", 600.0)),
         history_points=cast(int, t.integer("history_points", 60, minimum=1, maximum=10_000)),
         engine_labels=labels, alert_playbooks=playbooks)

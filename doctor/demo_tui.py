@@ -15,6 +15,8 @@ from typing import Any
 
 import httpx
 
+from doctor.secrets import write_private
+
 API_TOKEN = "demo-api-token"
 
 
@@ -27,7 +29,7 @@ def wants_tui(choice: str | None, *, stdin_tty: bool, stdout_tty: bool, environ:
 
 def serve_section(work: Path, port: int) -> str:
     """The config's [serve] part for the demo's daemon (its token in a file beside the config)."""
-    (work / "api-token").write_text(API_TOKEN + "\n")
+    write_private(work / "api-token", API_TOKEN + "\n")
     return f'\n[serve]\nlisten = "127.0.0.1:{port}"\ninterval_s = 2\ntoken_file = "api-token"\n'
 
 

@@ -244,6 +244,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except OSError as exc:
         print(f"doctor diagnose: cannot use the state directory: {exc}", file=err)
         return EXIT_UNUSABLE
+    from doctor.secrets import REDACT
+
+    report = REDACT.strings(report)  # URLs with user:password, tokens in error texts
     if opts.fmt == "json":
         json.dump(report, out, indent=2)
         out.write("\n")

@@ -210,8 +210,8 @@ class Notifier:
             return None
         try:
             url, bearer = settings.resolve_url(), settings.token()
-        except OSError as exc:
-            _log.error("notify: cannot read %s: %s; notifications are off", exc.filename, exc.strerror or exc)
+        except ValueError as exc:  # SecretFileError: the message names the file and what is wrong
+            _log.error("notify: %s; notifications are off", exc)
             return None
         if not url:
             _log.error("notify: %s is empty; notifications are off", settings.url_file)

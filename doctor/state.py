@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from collectors.jsonfile import open_private, private_dir
+
 
 def default_state_dir() -> Path:
     """$XDG_STATE_HOME/serving-doctor (or ~/.local/state/serving-doctor)."""
@@ -26,16 +28,20 @@ class StateDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._made = False
 
     def file(self, name: str) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
+        """`name` in the directory, which is created (0700) on first use."""
+        if not self._made or not self.path.is_dir():
+            private_dir(self.path)
+            self._made = True
         return self.path / name
 
     @contextlib.contextmanager
     def lock(self, name: str, *, wait: bool = False) -> Iterator[None]:
         """An exclusive lock on `<name>.lock`; LockHeld (naming the holder's pid) when taken and not waiting."""
         path = self.file(name + ".lock")
-        with open(path, "a+") as handle:
+        with os.fdopen(open_private(path, os.O_RDWR | os.O_APPEND), "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
@@ -68,5 +74,6 @@ class StateDir:
     def save_json(self, name: str, data: Any) -> None:
         path = self.file(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(data, sort_keys=True))
         tmp.replace(path)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -27,6 +25,7 @@ from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
+from router.secrets import bearer_matches, load_token
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
 from router.upstreams import Upstream, UpstreamSet
@@ -37,15 +36,9 @@ POLICY_BODY_MAX = 1024 * 1024
 
 
 def read_token(config: RouterConfig, env: dict[str, str] | None = None) -> str | None:
-    """The policy API's bearer token: the environment variable, else the token file; None = API off."""
-    env = dict(os.environ) if env is None else env
-    value = env.get(config.token_env, "").strip() if config.token_env else ""
-    if not value and config.token_file:
-        try:
-            value = Path(config.token_file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"token_file: cannot read {config.token_file}: {exc.strerror or exc}") from None
-    return value or None
+    """The policy API's bearer token: the token file when set (its permissions checked), else the environment
+    variable; None = API off. SecretFileError (a ValueError) names the file and what is wrong."""
+    return load_token(config.token_file or None, config.token_env, env)
 
 
 def _error(status: int, message: str, err_type: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -221,8 +214,7 @@ class Router:
         if not self.token:
             return _error(403, f"the policy API is off: no token is configured (set ${self.config.token_env} or "
                           "token_file in router.toml)", "PolicyApiOff")
-        scheme, _, cred = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(cred.strip().encode(), self.token.encode()):
+        if not bearer_matches(request.headers.get("authorization", ""), self.token):
             return _error(401, "missing or wrong bearer token for the policy API", "Unauthorized",
                           {"WWW-Authenticate": 'Bearer realm="router policy"'})
         return None

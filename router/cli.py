@@ -10,6 +10,8 @@ from pathlib import Path
 
 from router.app import Router
 from router.config import ConfigError, load_config, validate
+from router.listen import exposure_warning, tls_options
+from router.secrets import Redactor, redact_logs
 from router.server import bind, run_loop, serve
 
 
@@ -27,6 +29,8 @@ def build_parser(prog: str = "doctor router") -> argparse.ArgumentParser:
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on (default 8080)")
     p.add_argument("--config", metavar="router.toml", help="the router's own configuration file")
+    p.add_argument("--tls-cert", metavar="PEM", help="serve https with this certificate (chain); with --tls-key")
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (a file only its owner may read)")
     p.add_argument("--policy-file", help="where the policy is persisted (default router-policy.json)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
@@ -55,11 +59,15 @@ def main(argv: list[str] | None = None) -> int:
             cfg.port = args.port
         if args.policy_file is not None:
             cfg.policy_file = args.policy_file
+        if args.tls_cert or args.tls_key:
+            cfg.tls_cert_file, cfg.tls_key_file = args.tls_cert or "", args.tls_key or ""
         validate(cfg)
+        tls_options(cfg.tls_cert_file or None, cfg.tls_key_file or None)
         router = Router(cfg)
     except (ConfigError, ValueError) as exc:
         print(f"doctor router: {exc}", file=sys.stderr)
         return 2
+    redact_logs(Redactor([router.token]))  # upstream URLs may carry user:password; the token never shows
     if router.load_warning:
         print(f"doctor router: warning: {router.load_warning}", file=sys.stderr)
     if not router.store.loaded_from_file and not (cfg.hot or cfg.cold):
@@ -72,7 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"doctor router: cannot listen on {cfg.host}:{cfg.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    logging.getLogger("router").info("listening on http://%s:%d", cfg.host, sock.getsockname()[1])
+    port = sock.getsockname()[1]
+    warning = exposure_warning("the router", cfg.host, port, tls=bool(cfg.tls_cert_file),
+                               authenticated=router.token is not None)
+    if warning:
+        print(f"doctor router: {warning}", file=sys.stderr)
+    logging.getLogger("router").info("listening on %s://%s:%d", "https" if cfg.tls_cert_file else "http", cfg.host,
+                                     port)
     with contextlib.suppress(KeyboardInterrupt):
         run_loop(serve(router, sock))
     return 0

@@ -32,6 +32,9 @@ class RouterConfig:
     tokenizer_file: str = ""
     chars_per_token: float = 4.0
     max_body_bytes: int = 10 * 1024 * 1024
+    max_header_bytes: int = 32 * 1024  # request line + headers; over it: 431
+    tls_cert_file: str = ""  # PEM certificate (chain): serve https when set, with tls_key_file
+    tls_key_file: str = ""  # PEM private key; must not be readable by the group or others
     connect_timeout_s: float = 2.0
     upstream_timeout_s: float = 300.0  # longest wait for the next bytes from an engine
     health_interval_s: float = 2.0
@@ -103,6 +106,10 @@ def validate(cfg: RouterConfig) -> None:
         raise ConfigError("chars_per_token: must be > 0")
     if cfg.max_body_bytes < 1024:
         raise ConfigError("max_body_bytes: must be at least 1024")
+    if cfg.max_header_bytes < 1024:
+        raise ConfigError("max_header_bytes: must be at least 1024")
+    if bool(cfg.tls_cert_file) != bool(cfg.tls_key_file):
+        raise ConfigError("tls_cert_file, tls_key_file: give both (the certificate and its private key) or neither")
     if not 0 < cfg.port < 65536 and cfg.port != 0:
         raise ConfigError(f"port: {cfg.port} is not a TCP port")
     for name in ("connect_timeout_s", "upstream_timeout_s", "health_interval_s", "health_timeout_s"):

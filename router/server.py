@@ -14,6 +14,8 @@ import uvicorn
 
 from router.app import Router
 from router.config import RouterConfig
+from router.guard import guarded_protocol
+from router.listen import tls_options
 
 
 class _Server(uvicorn.Server):
@@ -52,8 +54,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(router: Router) -> uvicorn.Config:
+    """uvicorn for the router: the guarded HTTP protocol (size limits, smuggling shapes refused), TLS when set."""
+    cfg = router.config
     return uvicorn.Config(router, log_config=None, access_log=False, lifespan="off", timeout_keep_alive=30,
-                          timeout_graceful_shutdown=3)
+                          timeout_graceful_shutdown=3,
+                          http=guarded_protocol(max_header_bytes=cfg.max_header_bytes),
+                          **tls_options(cfg.tls_cert_file or None, cfg.tls_key_file or None))
 
 
 async def serve(router: Router, sock: socket.socket, *, capture_signals: bool = True,
@@ -93,7 +99,7 @@ class RouterThread:
             self.router = Router(self.config, **self.router_kwargs)
             sock = bind(self.config.host, self.config.port)
             host, port = sock.getsockname()[:2]
-            self.url = f"http://{host}:{port}"
+            self.url = f"{'https' if self.config.tls_cert_file else 'http'}://{host}:{port}"
 
             def ready(server: _Server) -> None:
                 self._server = server

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
-from tui.source import TOKEN_ENV, DaemonSource, Source, SourceError, read_token
+from doctor.secrets import SecretFileError, add_daemon_client_args, client_verify, daemon_token
+from tui.source import DaemonSource, Source, SourceError
 
 EXIT_OK, EXIT_UNUSABLE = 0, 3
 
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         "The on-call engineer's screen: the fleet, findings with evidence, actions to approve, reject or roll "
         "back, and a latency heatmap per engine. Attaches to `doctor serve`, or runs the doctor's cycle itself."))
     p.add_argument("--daemon", metavar="URL", help="attach to doctor serve at URL (e.g. http://127.0.0.1:9361)")
-    p.add_argument("--token-file", type=Path, help=f"the daemon's bearer token (default ${TOKEN_ENV})")
+    add_daemon_client_args(p)
     p.add_argument("--config", type=Path, help="standalone: doctor.toml (engines, router, mode, state_dir)")
     p.add_argument("--engine", action="append", default=[], metavar="NAME=URL", help="standalone: an engine "
                    "(repeatable; NAME hot or cold is also its role)")
@@ -79,10 +80,10 @@ def source_of(ns: argparse.Namespace, refresh_s: float) -> Source:
         if ns.config or ns.engine:
             raise UsageError("doctor tui: --daemon reads the daemon's engines; leave out --config and --engine")
         try:
-            token = read_token(ns.token_file)
-        except SourceError as exc:
+            token, verify = daemon_token(ns.token_file), client_verify(ns.ca_file)
+        except SecretFileError as exc:
             raise UsageError(f"doctor tui: {exc}") from None
-        return DaemonSource(ns.daemon, token)
+        return DaemonSource(ns.daemon, token, verify=verify)
     return _standalone(ns, refresh_s)
 
 

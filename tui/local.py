@@ -46,6 +46,7 @@ class LocalSource:
     async def state(self, histograms: str | None = None) -> dict[str, Any]:
         from doctor.cycle import run_cycle
         from doctor.remedy.queue import ActionStore
+        from doctor.secrets import Redactor
         from doctor.serve.view import report_doc
 
         result = await run_cycle(self.plan, clock=self.clock)
@@ -54,8 +55,8 @@ class LocalSource:
         token = self._router_token()
         doc = await report_doc(result.report, self.plan.engines, self.plan.state_dir, store, points=HISTORY_POINTS,
                                since_s=600.0, router=self.plan.router, router_token=token, histograms=histograms)
-        return {**doc, "cycles": self.cycles, "cycle_running": False, "interval_s": self.plan.sample_s,
-                "mode": self.config.mode}
+        return Redactor([token]).strings({**doc, "cycles": self.cycles, "cycle_running": False,
+                                          "interval_s": self.plan.sample_s, "mode": self.config.mode})
 
     async def decide(self, verb: str, record_id: str, who: str, reason: str = "") -> dict[str, Any]:
         from doctor.remedy.decisions import decide
@@ -76,5 +77,5 @@ class LocalSource:
     def _router_token(self) -> str | None:
         try:
             return self.config.router.token(os.environ)
-        except OSError:
+        except (OSError, ValueError):  # SecretFileError: a token file anyone may read is refused
             return None  # the policy then shows the router's 401, which says what is missing

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from doctor.secrets import REDACT
+
 TAIL_BYTES = 256 * 1024
 
 
@@ -22,7 +24,7 @@ def tail(path: Path, *, max_bytes: int = TAIL_BYTES, max_lines: int = 2000) -> l
     lines = data.decode("utf-8", errors="replace").splitlines()
     if start > 0 and lines:
         lines = lines[1:]
-    return lines[-max_lines:]
+    return [REDACT.text(line) for line in lines[-max_lines:]]  # vLLM logs its arguments, --api-key included
 
 
 @dataclass(frozen=True)

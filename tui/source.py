@@ -7,14 +7,15 @@ No Textual here: the app calls these from its workers; `--once` calls them direc
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
+import ssl
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import httpx
 
-TOKEN_ENV = "DOCTOR_SERVE_TOKEN"
+from doctor.secrets import DAEMON_TOKEN_ENV
+
+TOKEN_ENV = DAEMON_TOKEN_ENV
 
 
 class SourceError(Exception):
@@ -36,29 +37,18 @@ class Source(Protocol):
     async def aclose(self) -> None: ...
 
 
-def read_token(token_file: Path | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """The daemon's bearer token: the file's first line, else $DOCTOR_SERVE_TOKEN (None: no token)."""
-    env = os.environ if environ is None else environ
-    if token_file is None:
-        return env.get(TOKEN_ENV) or None
-    try:
-        return token_file.read_text(encoding="utf-8").strip() or None
-    except OSError as exc:
-        raise SourceError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
-
-
 class DaemonSource:
     """`doctor serve`'s API over HTTP, through the transport given (tests and benches pass one, else the network)."""
 
     can_decide = True
 
     def __init__(self, url: str, token: str | None, *, timeout_s: float = 5.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, verify: ssl.SSLContext | bool = True) -> None:
         self.url = url.rstrip("/")
         self.label = f"daemon {self.url}"
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=timeout_s, trust_env=False,
-                                         transport=transport)
+                                         transport=transport, verify=verify)
         self._token = token
 
     async def state(self, histograms: str | None = None) -> dict[str, Any]:

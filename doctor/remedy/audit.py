@@ -18,65 +18,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from collectors.jsonfile import open_private, private_dir
 from doctor.remedy.model import ActionRecord
+from doctor.secrets import REDACTED, Redactor, secret_key
 
-REDACTED = "[redacted]"
-_SECRET_WORDS = frozenset({"token", "secret", "secrets", "password", "passwd", "pwd", "passphrase", "authorization",
-                           "auth", "apikey", "credential", "credentials", "cookie", "bearer", "privatekey"})
-_SECRET_JOINED = ("api_key", "apikey", "access_key", "private_key", "client_secret", "x-api-key")
-_BEARER = re.compile(r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+")
-_PAIR = re.compile(r"(?i)\b((?:[\w-]+[_-])?(?:token|secret|password|passwd|api[_-]?key|authorization|credentials?)"
-                   r"\"?\s*[=:]\s*\"?)(?!\[redacted\])[^\s&\"',;]+")
-_USERINFO = re.compile(r"(?<=://)[^/\s:@]+:[^/\s@]+@")
-
-
-def secret_key(key: str) -> bool:
-    """Does this key name a secret? (`router_token`, `Authorization`, `apiKey`: yes; `max_tokens`: no.)"""
-    low = key.lower()
-    if any(j in low for j in _SECRET_JOINED):
-        return True
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key).lower()
-    return any(part in _SECRET_WORDS for part in re.split(r"[^a-z0-9]+", spaced) if part)
-
-
-class Redactor:
-    """Replaces secrets in JSON-like data (dicts, lists, strings)."""
-
-    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        self.secrets: list[str] = []
-        for s in secrets:
-            self.add(s)
-
-    def add(self, secret: str | None) -> None:
-        if secret and secret not in self.secrets:
-            self.secrets.append(secret)
-            self.secrets.sort(key=len, reverse=True)
-
-    def text(self, value: str) -> str:
-        if value in self.secrets:
-            return REDACTED
-        for s in self.secrets:
-            value = value.replace(s, REDACTED)
-        value = _BEARER.sub(REDACTED, value)
-        value = _PAIR.sub(lambda m: m.group(1) + REDACTED, value)
-        return _USERINFO.sub(REDACTED + "@", value)
-
-    def __call__(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {k: REDACTED if isinstance(k, str) and secret_key(k) and data[k] not in (None, "")
-                    else self(v) for k, v in data.items()}
-        if isinstance(data, list | tuple):
-            return [self(v) for v in data]
-        if isinstance(data, str):
-            return self.text(data)
-        return data
+__all__ = ["REDACTED", "AuditLog", "Redactor", "secret_key"]
 
 
 class AuditLog:
@@ -117,8 +69,8 @@ class AuditLog:
     def _append(self, line: dict[str, Any]) -> dict[str, Any]:
         clean: dict[str, Any] = self.redact(line)
         data = (json.dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        private_dir(self.path.parent)
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:

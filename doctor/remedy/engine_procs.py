@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
-import shlex
+import re
 import signal
 import socket
 import subprocess
@@ -23,11 +24,13 @@ from typing import Any, Protocol
 
 import psutil
 
+from collectors.jsonfile import open_private, private_dir
 from doctor.remedy.model import ActuatorError, LaunchedEngine
+from doctor.secrets import redact_command
 
 SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
+_PLAIN = re.compile(r"[A-Za-z0-9_.@-]{1,120}")
 START_MARK = "=== serving-doctor launcher: starting "
-_SECRET_WORDS = ("key", "token", "secret", "password")
 
 
 class Process(Protocol):
@@ -67,9 +70,23 @@ class ProcessTable(Protocol):
 
 def popen_spawn(command: str, env: Mapping[str, str], log: Path) -> Process:
     """Start `command` through sh, detached: a new session (own process group), output appended to `log`."""
-    with open(log, "ab") as out:
+    with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         return subprocess.Popen(command, shell=True, start_new_session=True, stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=dict(env), close_fds=True)
+
+
+def file_stem(key: str) -> str:
+    """A file name for an engine's key (`name@port`) that stays in its directory whatever the name holds: kept
+    when plain, else its unsafe characters replaced and a hash of the whole added (names are free text)."""
+    if _PLAIN.fullmatch(key) and not key.startswith("."):
+        return key
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return f"{re.sub(r'[^A-Za-z0-9_.@-]', '_', key)[:80].lstrip('.')}-{digest}"
+
+
+def _write_private(path: Path, text: str) -> None:
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 def free_port(host: str) -> int:
@@ -78,25 +95,7 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def redact(command: str) -> str:
-    """A command line safe to show: values of --api-key/--*token*/... flags and X_TOKEN=... assignments masked."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return "(command not shown)"
-    out: list[str] = []
-    hide_next = False
-    for w in words:
-        name, eq, _ = w.partition("=")
-        secret = any(k in name.lower() for k in _SECRET_WORDS)
-        if hide_next:
-            out.append("***")
-        elif eq and secret:
-            out.append(f"{name}=***")
-        else:
-            out.append(w)
-        hide_next = w.startswith("--") and not eq and secret
-    return shlex.join(out)
+redact = redact_command  # a command line safe to show (doctor.secrets)
 
 
 class EngineProcesses:
@@ -116,16 +115,16 @@ class EngineProcesses:
     # ----- records -------------------------------------------------------------------------------
 
     def _files(self, key: str) -> tuple[Path, Path]:
-        return self.dir / f"{key}.pid", self.dir / f"{key}.json"
+        stem = file_stem(key)
+        return self.dir / f"{stem}.pid", self.dir / f"{stem}.json"
 
     def _save(self, rec: LaunchedEngine) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.dir)
         pid_file, meta = self._files(rec.key)
         tmp = meta.with_suffix(".tmp")
-        tmp.touch(mode=0o600)  # the command line may hold an --api-key
-        tmp.write_text(json.dumps(asdict(rec), sort_keys=True))
+        _write_private(tmp, json.dumps(asdict(rec), sort_keys=True))  # the command line may hold an --api-key
         tmp.replace(meta)
-        pid_file.write_text(f"{rec.pid}\n")
+        _write_private(pid_file, f"{rec.pid}\n")
 
     def _forget(self, rec: LaunchedEngine) -> None:
         for path in self._files(rec.key):
@@ -180,8 +179,8 @@ class EngineProcesses:
     def start(self, name: str, line: str, *, url: str, port: int, gpus: Sequence[int],
               args: Mapping[str, Any], role: str | None = None) -> LaunchedEngine:
         """Start `line` on `gpus` and record it; ActuatorError when it cannot be started."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        log = self.dir / f"{name}@{port}.log"
+        private_dir(self.dir)
+        log = self.dir / f"{file_stem(f'{name}@{port}')}.log"
         try:
             proc = self._spawn(line, gpus, log)
         except OSError as exc:
@@ -208,7 +207,7 @@ class EngineProcesses:
         """Start one command line; the log gets a start mark so its tail shows only this start."""
         env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in self.secret_env}
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
-        with open(log, "a", encoding="utf-8") as out:
+        with os.fdopen(open_private(log, os.O_WRONLY | os.O_APPEND), "a", encoding="utf-8") as out:
             out.write(f"{START_MARK}{time.strftime('%Y-%m-%dT%H:%M:%S')}: {redact(line)}\n")
         return self.spawn(line, env, log)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from collectors.jsonfile import open_private
 from doctor.remedy.model import ActionRecord, Status
 from doctor.state import StateDir
 
@@ -144,7 +145,7 @@ class Journal:
         line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
         path = self.path
         created = not path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = open_private(path, os.O_WRONLY | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             if size and last_byte(path, size) != b"\n":
@@ -196,7 +197,7 @@ class Journal:
                 out.append(_line({"op": "finish", "id": rid, "at": state.finished[rid], "status": rec.status,
                                   "reason": rec.reason}))
         tmp = self.path.with_name(f".{self.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as handle:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.write(b"".join(out))
             handle.flush()
             os.fsync(handle.fileno())

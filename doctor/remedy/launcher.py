@@ -70,11 +70,12 @@ def _with_port(url: str, port: int) -> str:
 
 
 def _flag(key: str, value: Any) -> str:
-    name = "--" + key.replace("_", "-")
+    """One vLLM flag for the shell line, name and value quoted (never a shell word from outside input)."""
+    name = shlex.quote("--" + key.replace("_", "-"))
     if value is True:
         return name
     if value is False:
-        return "--no-" + key.replace("_", "-")
+        return shlex.quote("--no-" + key.replace("_", "-"))
     return f"{name} {shlex.quote(str(value))}"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -47,8 +48,13 @@ def actuator_context(config: DoctorConfig, state_dir: Path, *, router_url: str |
                                        max_model_len=int(max_len) if max_len else None, args=dict(args),
                                        dcgm=e.dcgm)
     bounds = dataclasses.asdict(config.bounds)
+    try:
+        router_token = config.router.token(env)
+    except ValueError as exc:  # SecretFileError: refused token file; the router refuses changes without a token
+        logging.getLogger("doctor.remedy").error("[router] token_file: %s; no policy changes can be made", exc)
+        router_token = None
     return ActuatorContext(engines=targets, state_dir=state_dir, router_url=router_url or config.router.url,
-                           router_token=config.router.token(env), templates=tuple(config.templates.prompts),
+                           router_token=router_token, templates=tuple(config.templates.prompts),
                            bounds=bounds, timeout_s=config.request_timeout_s)
 
 

@@ -29,6 +29,7 @@ from doctor.serve.view import actions_doc, state_doc
 
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CODES = {"ok": 200, "refused": 409, "unknown": 404}
+DECISION_BODY_MAX = 64 * 1024
 
 
 class TooLarge(Exception):
@@ -106,14 +107,14 @@ class Api:
     async def get_state(self, request: Request) -> Response:
         if (denied := check(self.creds, request.headers, "read")) is not None:
             return _error(denied.status, denied.reason)
-        return JSONResponse(await state_doc(self.daemon, self.remediator.store, points=self.history_points,
-                                            router=self.router, router_token=self.router_token,
-                                            histograms=request.query_params.get("histograms")))
+        doc = await state_doc(self.daemon, self.remediator.store, points=self.history_points, router=self.router,
+                              router_token=self.router_token, histograms=request.query_params.get("histograms"))
+        return JSONResponse(self.audit.redact.strings(doc))
 
     async def get_actions(self, request: Request) -> Response:
         if (denied := check(self.creds, request.headers, "read")) is not None:
             return _error(denied.status, denied.reason)
-        return JSONResponse(actions_doc(self.remediator.store))
+        return JSONResponse(self.audit.redact.strings(actions_doc(self.remediator.store)))
 
     async def post_decision(self, request: Request) -> Response:
         verb, record_id = request.path_params["verb"], request.path_params["record_id"]
@@ -122,9 +123,11 @@ class Api:
         if (denied := check(self.creds, request.headers, "write")) is not None:
             return _error(denied.status, denied.reason, {"WWW-Authenticate": 'Bearer realm="doctor serve"'})
         try:
-            raw = await _body(request, 64 * 1024)
+            raw = await _body(request, DECISION_BODY_MAX)
             doc = json.loads(raw) if raw.strip() else {}
-        except (TooLarge, ValueError, ClientDisconnect):
+        except TooLarge:
+            return _error(413, f"a decision's body is over the limit of {DECISION_BODY_MAX} bytes")
+        except (ValueError, ClientDisconnect):
             return _error(400, "the body must be a JSON object like {\"who\": \"alice\", \"reason\": \"...\"}")
         if not isinstance(doc, dict) or not all(isinstance(doc.get(k, ""), str) for k in ("who", "reason")):
             return _error(400, "the body must be a JSON object like {\"who\": \"alice\", \"reason\": \"...\"}")

@@ -1,8 +1,8 @@
 """Who may call what: bearer tokens (or Alertmanager's basic auth) read from files when the daemon starts.
 
 - alerts (`POST /v1/alerts`): `Authorization: Bearer <alert token>` (the write token when no alert token is set)
-  or basic auth with the configured user and password; with no credential configured at all, anyone who can
-  reach the (loopback) address;
+  or basic auth with the configured user and password; with no credential configured at all they are refused
+  (403: an alert starts the doctor's cycle, and every call that changes state is authenticated);
 - writes (approve, reject, rollback): the write token (`[serve] token_file`); without one they are refused;
 - reads: the read token or the write token when `read_token_file` is set, else anyone who can reach the address.
 """
@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from doctor.config_serve import ServeSettings
+from doctor.secrets import SecretFileError, read_secret_file, same_secret
 
-
-class CredentialError(Exception):
-    """A token or password file that cannot be read or is empty."""
+CredentialError = SecretFileError  # a token or password file that cannot be used (the message names it)
 
 
 @dataclass(frozen=True)
@@ -43,19 +41,11 @@ class Denied:
 
 def load_credentials(settings: ServeSettings) -> Credentials:
     return Credentials(_read(settings.token_file), _read(settings.alert_token_file), _read(settings.read_token_file),
-                       settings.basic_auth_user, _read(settings.basic_auth_password_file))
+                       settings.basic_auth_user, _read(settings.basic_auth_password_file, "password file"))
 
 
-def _read(path: Path | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise CredentialError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not text:
-        raise CredentialError(f"{path} is empty; it must hold the secret")
-    return text
+def _read(path: Path | None, what: str = "token file") -> str | None:
+    return None if path is None else read_secret_file(path, what)
 
 
 def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied | None:
@@ -66,7 +56,8 @@ def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied |
     if kind == "alert":
         token = creds.alert_token or creds.write_token
         if token is None and creds.basic_user is None:
-            return None
+            return Denied(403, "alerts are off: set [serve] token_file or alert_token_file (the bearer token "
+                               "Alertmanager sends), or basic_auth_user and basic_auth_password_file")
         if bearer is not None and token is not None and _same(bearer, token):
             return None
         if scheme.lower() == "basic" and creds.basic_user is not None and _basic_ok(creds, value.strip()):
@@ -85,8 +76,7 @@ def check(creds: Credentials, headers: Mapping[str, str], kind: str) -> Denied |
     return Denied(401, "reads need the bearer token of [serve] read_token_file (or the write token)")
 
 
-def _same(a: str, b: str) -> bool:
-    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+_same = same_secret  # constant time
 
 
 def _basic_ok(creds: Credentials, value: str) -> bool:

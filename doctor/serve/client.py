@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-TOKEN_ENV = "DOCTOR_SERVE_TOKEN"
+from doctor.secrets import DAEMON_TOKEN_ENV, SecretFileError, client_verify, daemon_token
+
+TOKEN_ENV = DAEMON_TOKEN_ENV
 
 
 class DaemonError(Exception):
@@ -20,16 +21,14 @@ class DaemonClient:
     """Calls one daemon with its bearer token (from `token_file`, else $DOCTOR_SERVE_TOKEN)."""
 
     def __init__(self, url: str, *, token_file: Path | None = None, environ: Mapping[str, str] | None = None,
-                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None) -> None:
+                 timeout_s: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 ca_file: Path | None = None) -> None:
         self.url = url.rstrip("/")
-        env = os.environ if environ is None else environ
-        if token_file is not None:
-            try:
-                self.token: str | None = token_file.read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                raise DaemonError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
-        else:
-            self.token = env.get(TOKEN_ENV) or None
+        try:
+            self.token: str | None = daemon_token(token_file, environ)
+            self.verify = client_verify(ca_file)
+        except SecretFileError as exc:
+            raise DaemonError(str(exc)) from None
         self.timeout_s = timeout_s
         self.transport = transport
 
@@ -44,7 +43,8 @@ class DaemonClient:
               ok: tuple[int, ...] = (200,)) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            with httpx.Client(timeout=self.timeout_s, trust_env=False, transport=self.transport) as client:
+            with httpx.Client(timeout=self.timeout_s, trust_env=False, transport=self.transport,
+                              verify=self.verify) as client:
                 r = client.request(method, self.url + path, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise DaemonError(f"cannot reach the daemon at {self.url}: {type(exc).__name__}: {exc}") from None

@@ -7,7 +7,9 @@ import contextlib
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from doctor.config import DoctorConfig
 from doctor.plan import Plan
@@ -36,8 +38,9 @@ def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
                 transport=KeptTransport(max_connections=8 * max(1, len(config.engines)) + 8))
 
 
-async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock: socket.socket) -> None:
-    """Run until SIGTERM or SIGINT."""
+async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock: socket.socket, *,
+                tls: Mapping[str, Any] | None = None) -> None:
+    """Run until SIGTERM or SIGINT; `tls`: uvicorn's ssl_* keywords (router.listen.tls_options), or plain HTTP."""
     import uvicorn
 
     from doctor.cycle import run_cycle
@@ -49,6 +52,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     from doctor.serve.mapping import AlertMapper
     from doctor.serve.metrics import DaemonMetrics
     from doctor.serve.runner import Daemon
+    from router.guard import guarded_protocol
 
     settings = config.serve
     plan = plan_for(config, state_dir)
@@ -69,11 +73,12 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     loops = asyncio.create_task(daemon.run(), name="doctor-serve-loops")
     api = Api(daemon, rem, rem.audit, creds, settings.body_limit_bytes, settings.history_points, config.router.url,
               rem.ctx.router_token, alive=lambda: not loops.done())
+    http = guarded_protocol(max_header_bytes=settings.header_limit_bytes)
     server = uvicorn.Server(uvicorn.Config(api.app(), log_level="warning", access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=5))
+                                           timeout_graceful_shutdown=5, http=http, **dict(tls or {})))
     host, port = sock.getsockname()[:2]
-    log.info("listening on http://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", host, port,
-             len(plan.engines), settings.interval_s, config.mode, state_dir, os.getpid())
+    log.info("listening on %s://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", "https" if tls else "http",
+             host, port, len(plan.engines), settings.interval_s, config.mode, state_dir, os.getpid())
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.jsonfile import open_private, private_dir
 from doctor.remedy.journal import fsync_dir as _fsync_dir
 from doctor.remedy.journal import last_byte as _last_byte
 from doctor.serve.alerts import Alert
@@ -118,7 +119,7 @@ class Inbox:
         lines += [{"op": "put", "key": e.key, "at": e.received_at, "alert": e.alert.to_dict()}
                   for e in self.pending.values()]
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as handle:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.write(b"".join(_line(x) for x in lines))
             handle.flush()
             os.fsync(handle.fileno())
@@ -138,10 +139,10 @@ class Inbox:
             del self.seen[victim]
 
     def _append(self, entries: list[dict[str, Any]]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         created = not self.path.exists()
         data = b"".join(_line(e) for e in entries)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             if size and _last_byte(self.path, size) != b"\n":

@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", help="HOST:PORT (default [serve] listen, else 127.0.0.1:9361)")
     p.add_argument("--state-dir", type=Path, help="default: the config's state_dir, else $STATE_DIRECTORY, else "
                    "$XDG_STATE_HOME/serving-doctor")
+    p.add_argument("--tls-cert", type=Path, metavar="PEM", help="serve https with this certificate (default "
+                   "[serve] tls_cert_file); with --tls-key")
+    p.add_argument("--tls-key", type=Path, metavar="PEM", help="its private key, a file only its owner may read "
+                   "(default [serve] tls_key_file)")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     return p
 
@@ -64,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `doctor serve`."""
     from doctor.config import ConfigError, load_config
     from doctor.config_serve import is_loopback
+    from doctor.secrets import Redactor, redact_logs
     from doctor.serve.auth import CredentialError, load_credentials
     from doctor.state import LockHeld, StateDir
+    from router.listen import ListenError, exposure_warning, tls_options
 
     try:
         ns = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
@@ -88,15 +94,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_UNUSABLE
         settings = dataclasses.replace(settings, listen=ns.listen)
         config = dataclasses.replace(config, serve=settings)
+    if ns.tls_cert or ns.tls_key:
+        if not (ns.tls_cert and ns.tls_key):
+            print("doctor serve: --tls-cert and --tls-key go together (the certificate and its key)", file=sys.stderr)
+            return EXIT_UNUSABLE
+        settings = dataclasses.replace(settings, tls_cert_file=ns.tls_cert, tls_key_file=ns.tls_key)
+        config = dataclasses.replace(config, serve=settings)
     if not config.engines:
         print(f"doctor serve: {ns.config}: no [[engines]]: the daemon needs engines to watch", file=sys.stderr)
         return EXIT_UNUSABLE
     try:
         creds = load_credentials(settings)
-    except CredentialError as exc:
+        router_token = config.router.token(os.environ)
+        tls = tls_options(settings.tls_cert_file, settings.tls_key_file)
+    except (CredentialError, ListenError) as exc:
         print(f"doctor serve: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    redact_logs(Redactor([*creds.secrets(), router_token]))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine read is noise
     state_dir = state_dir_of(ns.state_dir, config.state_dir)
     try:
@@ -104,11 +119,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"doctor serve: cannot listen on {settings.listen}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_UNUSABLE
+    warning = exposure_warning("doctor serve", settings.host, sock.getsockname()[1], tls=bool(tls),
+                               authenticated=creds.write_token is not None)
+    if warning:
+        print(f"doctor serve: {warning}", file=sys.stderr, flush=True)
+    if creds.write_token is None:
+        print("doctor serve: warning: no [serve] token_file: alerts (unless alert_token_file or basic auth is set) "
+              "and people's decisions are refused", file=sys.stderr, flush=True)
     try:
         with StateDir(state_dir).lock("serve"):
             from doctor.serve.daemon import serve
 
-            asyncio.run(serve(config, state_dir, creds, sock))
+            asyncio.run(serve(config, state_dir, creds, sock, tls=tls))
     except LockHeld as exc:
         print(f"doctor serve: another doctor serve uses {state_dir} ({exc})", file=sys.stderr)
         return EXIT_UNUSABLE

@@ -18,6 +18,7 @@ from doctor.config import load_config
 from doctor.config_notify import NotifySettings
 from doctor.config_schema import ConfigError
 from doctor.notify import HEADER_MAX, KINDS, SECTION_MAX, EventKind, Notifier, NotifyEvent, slack_payload
+from doctor.secrets import write_private
 from tests.http_capture import Receiver, receiver
 
 KV = NotifyEvent("finding", "hot", "kv_pressure", "KV cache at 97% for 5m", "critical")
@@ -304,8 +305,8 @@ def test_notify_table_errors_name_the_key_and_line(tmp_path: Path, text: str, ke
 
 def test_from_settings_reads_the_url_and_token_files(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with receiver() as rec:
-        (tmp_path / "url").write_text(rec.url + "/hook\n")
-        (tmp_path / "token").write_text("t0ken\n")
+        write_private(tmp_path / "url", rec.url + "/hook\n")
+        write_private(tmp_path / "token", "t0ken\n")
         s = NotifySettings(url_file=tmp_path / "url", token_file=tmp_path / "token", min_interval_s=0)
         n = Notifier.from_settings(s, clock=Clock())
         assert n is not None and n.url == rec.url + "/hook" and n.bucket.interval_s == 0
@@ -313,7 +314,7 @@ def test_from_settings_reads_the_url_and_token_files(tmp_path: Path, caplog: pyt
         assert rec.wait_for(1)[0].headers["authorization"] == "Bearer t0ken"
     with caplog.at_level(logging.ERROR, logger="doctor.notify"):
         assert Notifier.from_settings(NotifySettings(url_file=tmp_path / "missing")) is None
-        (tmp_path / "empty").write_text("\n")
+        write_private(tmp_path / "empty", "\n")
         assert Notifier.from_settings(NotifySettings(url_file=tmp_path / "empty")) is None
     assert "cannot read" in caplog.text and "is empty" in caplog.text
 

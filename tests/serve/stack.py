@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from doctor.secrets import write_private
 from router.config import RouterConfig
 from router.server import RouterThread
 from sim.testing import ALL_GRAPHED, FAST_START
@@ -92,8 +93,8 @@ def write_config(tmp: Path, *, hot: str, cold: str, router_url: str | None, mode
                  interval_s: float = 2.0, port: int | None = None, serve_extra: str = "",
                  doctor_extra: str = "") -> Path:
     """doctor.toml for one deployment: hot and cold engines, the router, [serve] on a free port with a token."""
-    (tmp / "api-token").write_text(API_TOKEN + "\n")
-    (tmp / "router-token").write_text(ROUTER_TOKEN + "\n")
+    write_private(tmp / "api-token", API_TOKEN + "\n")
+    write_private(tmp / "router-token", ROUTER_TOKEN + "\n")
     port = port or free_port()
     text = (f'[doctor]\nstate_dir = "{tmp / "state"}"\nmode = "{mode}"\nwindow_s = "20s"\nmin_requests = 5\n'
             f'cooldown_s = "15m"\n{doctor_extra}\n'
