@@ -31,6 +31,7 @@ from tui.source import Source, SourceError
 from tui.thresholds import LEGEND
 from tui.timeline import Timeline, read_timeline, timeline_text
 
+SCREENS = Binding.Group("Screens", compact=True)  # one footer item "123 Screens": the footer keeps to 80 columns
 RATES = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 CSS = """
 .status { height: 1; background: $panel; }
@@ -59,11 +60,12 @@ class DoctorApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
         Binding("p", "pause", "Pause"),
-        Binding("plus,equals_sign", "rate(-1)", "Faster", key_display="+"),
-        Binding("minus", "rate(1)", "Slower", key_display="-"),
-        Binding("1", "go('fleet')", "Fleet"),
-        Binding("2", "go('findings')", "Findings"),
-        Binding("3", "go('actions')", "Actions"),
+        # + and - are in the help screen (and the status line says the rate): the footer keeps to 80 columns
+        Binding("plus,equals_sign", "rate(-1)", "Faster", key_display="+", show=False),
+        Binding("minus", "rate(1)", "Slower", key_display="-", show=False),
+        Binding("1", "go('fleet')", "Fleet", group=SCREENS),
+        Binding("2", "go('findings')", "Findings", group=SCREENS),
+        Binding("3", "go('actions')", "Actions", group=SCREENS),
         Binding("escape", "back", "Back", show=False),
     ]
 

@@ -64,6 +64,11 @@ class DoctorScreen(Screen[None]):
     def show(self, state: State) -> None:
         """Draw `state` (screens override)."""
 
+    def on_resize(self) -> None:
+        """Under 100 columns the footer leaves out `^p palette` (the help screen names it) to keep the keys whole."""
+        for footer in self.query(Footer):
+            footer.show_command_palette = self.size.width >= 100
+
 
 class TableScreen(DoctorScreen):
     """A screen built round one DataTable whose rows `/` filters as you type (Esc clears the filter)."""
