@@ -28,6 +28,7 @@ ROUTE_THRESHOLD = 5120  # prompts at or above go cold
 HOT_CAPACITY_QPS = 5.3  # where the hot engine saturates with HOT_ARGV (bench/sim_speed.py)
 
 MIN_BASELINE_S = 60.0  # the shortest baseline `with_baseline` gives (a minute of healthy reads)
+ROOMY_UTILIZATION = 0.6  # a fast-growing fragmentation's engine budget (all of the sim's +60% cap fits)
 FIRST_READING_S = 30.0  # the doctor's first reading, which memory growth is measured from (the trials' cadence)
 
 IncidentKind = Literal["fault", "restart", "workload", "standing"]
@@ -167,6 +168,8 @@ class Scenario:
             old, new = growth
             hot_argv = tuple(new if a == old else a for a in hot_argv)
             cold_argv = tuple(new if a == old else a for a in cold_argv)
+            if seconds < self.onset_s:  # growing faster, it would reach an OOM before the doctor's `for` passed:
+                hot_argv, cold_argv = _roomy(hot_argv, new), _roomy(cold_argv, new)  # room for all of it
             timeline = tuple(replace(i, spec=new, note=i.note.replace(old, new))
                              if i.kind == "standing" and i.spec == old else i for i in timeline)
         return replace(self, workload=workload, timeline=timeline, hot_argv=hot_argv, cold_argv=cold_argv,
@@ -183,6 +186,17 @@ def _scaled_growth(sc: Scenario, onset_s: float) -> tuple[str, str] | None:
             scaled = rate * (sc.onset_s - FIRST_READING_S) / (onset_s - FIRST_READING_S)
             return i.spec, f"fragmentation:{scaled:.4g}"
     return None
+
+
+def _roomy(argv: tuple[str, ...], fault: str) -> tuple[str, ...]:
+    """`argv` (when it has `fault`) with a GPU memory budget that leaves room for all of its growth (the sim caps
+    fragmentation at +60% of the footprint: 0.6 x 1.6 < 1), and a context that fits the smaller KV pool (prompts
+    of 5120 tokens and more go cold, so the hot engine's 8192 is plenty)."""
+    if fault not in argv or "--gpu-memory-utilization" not in argv:
+        return argv
+    util = float(argv[argv.index("--gpu-memory-utilization") + 1])
+    return _with(_with(argv, "--gpu-memory-utilization", f"{min(util, ROOMY_UTILIZATION):g}"),
+                 "--max-model-len", "8192")
 
 
 def _cap(spec: WorkloadSpec, seconds: float) -> float | None:

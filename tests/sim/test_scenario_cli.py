@@ -81,6 +81,13 @@ def test_a_standing_fault_is_rescaled_to_reach_its_threshold_at_the_new_onset() 
     assert rate[f"fragmentation{long.onset_s}"] * (long.onset_s - 30) == pytest.approx(
         rate["fragmentation90"] * (90 - 30), rel=1e-3)
     assert f"fragmentation:{short.timeline[0].spec.split(':')[1]}" in short.hot_argv
+    # growing six times faster, the engine gets room for all of it (else an OOM comes before the finding)
+    util = short.hot_argv[short.hot_argv.index("--gpu-memory-utilization") + 1]
+    assert float(util) * 1.6 < 1 and "8192" in short.hot_argv
+    def others(argv: tuple[str, ...]) -> list[str]:
+        return [a for a in argv if not a.startswith("fragmentation:")]
+
+    assert others(long.with_baseline(600).hot_argv) == others(long.hot_argv)  # the long form: only the rate moves
 
 
 def test_the_catalogue_the_trials_run_is_unchanged() -> None:
@@ -144,3 +151,25 @@ def test_the_timeline_file_says_the_phases(tmp_path: Path) -> None:
     assert doc["started_at"] == 1000.0 and doc["scenario"] == "long_prompt_storm"
     assert [(p["name"], p["at_s"]) for p in doc["phases"]] == [("baseline", 0.0), ("incident", 90.0)]
     assert "9K-16K-token" in doc["phases"][1]["note"] and doc["expected"] == "p99_spike on cold -> length_limit"
+
+
+@pytest.mark.parametrize("name", ["long_prompt_storm", "fragmentation"])
+def test_at_the_default_baseline_the_doctor_still_detects_with_the_written_config(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the trials' virtual-time harness, judged with the doctor.toml the CLI writes instead of the trials' own
+    settings: p99_spike has no baseline yet and decides on the SLO; the rescaled fragmentation reaches its
+    threshold without the engine running out of memory first."""
+    import trials.accuracy as accuracy
+    from trials.sim_io import dcgm_url, engine_url
+
+    sc = _run([name])
+    names = [e.name for e in sc.engines]
+    (tmp_path / "doctor.toml").write_text(doctor_toml(
+        sc, {n: engine_url(n) for n in names}, {n: dcgm_url(n) for n in names},
+        {n: tmp_path / f"{n}.log" for n in names}, state_dir=tmp_path / "state"))
+    config = load_config(tmp_path / "doctor.toml")
+    monkeypatch.setattr(accuracy, "ScenarioSettings", lambda templates_on: config)
+    result = accuracy.run_in_harness(sc, seed=0)
+    assert result.detection_delay_s is not None and result.detection_delay_s <= sc.max_delay_s, result.timeline()
+    assert result.first_remedy == sc.expected_remedy
+    assert result.false_positives == []
