@@ -253,8 +253,8 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
             return 1
         say(f"scenario {sc.name}: {sc.description}")
         if sc.onset_s is not None and catalogued.onset_s != sc.onset_s:
-            say(f"  here after a {sc.onset_s:g}s baseline (--baseline; the description's times are the long form's, "
-                f"--baseline {catalogued.onset_s:g})")
+            say(f"  here after a {sc.onset_s:g}s baseline (--baseline SECONDS; the catalogue's long form, which the "
+                f"accuracy trials run, has it at t={catalogued.onset_s:g}s)")
         for e in sc.engines:
             say(f"  {e.name} ({e.role}): {dep.url(e.name)}  dcgm {dep.dcgm_url(e.name)}  log {dep.log(e.name)}")
         for incident in sc.timeline:

@@ -172,7 +172,9 @@ class Scenario:
                 hot_argv, cold_argv = _roomy(hot_argv, new), _roomy(cold_argv, new)  # room for all of it
             timeline = tuple(replace(i, spec=new, note=i.note.replace(old, new))
                              if i.kind == "standing" and i.spec == old else i for i in timeline)
+        description = self.description.replace(f"t={self.onset_s:g}s", f"t={seconds:g}s")
         return replace(self, workload=workload, timeline=timeline, hot_argv=hot_argv, cold_argv=cold_argv,
+                       description=description,
                        phases=tuple(replace(ph, start_s=at(ph.start_s)) for ph in self.phases),
                        onset_s=seconds, duration_s=max(seconds + 60.0, self.duration_s + d))
 

@@ -173,3 +173,8 @@ def test_at_the_default_baseline_the_doctor_still_detects_with_the_written_confi
     assert result.detection_delay_s is not None and result.detection_delay_s <= sc.max_delay_s, result.timeline()
     assert result.first_remedy == sc.expected_remedy
     assert result.false_positives == []
+
+
+def test_the_description_says_the_run_s_onset() -> None:
+    assert "hangs at t=90s" in _run(["engine_hang"]).description
+    assert "hangs at t=290s" in SCENARIOS["engine_hang"].description
