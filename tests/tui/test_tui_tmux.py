@@ -60,7 +60,7 @@ def test_the_demo_s_finding_appears_and_a_person_approves_its_fix_in_a_terminal(
     person runs it. The storm starts at once and the demo's --for knob lets its p99_spike finding report after 5 s
     (its own `for` is 90 s), so the whole run takes under a minute."""
     cmd = (f"env -u CI PYTHONPATH={ROOT} TERM=xterm-256color TMPDIR={tmp_path} {sys.executable} -m doctor.cli demo "
-           "--tui --storm-at 0 --for 5 --rate 6 --seconds 120; echo demo-exit=$?; sleep 120")
+           "--tui --storm-at 0 --for 5 --rate 10 --time-scale 0.25 --seconds 120; echo demo-exit=$?; sleep 120")
     tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", cmd)
     shown = tmux.until("the TUI with the demo's timeline", lambda s: "doctor demo t=" in s and "incident 0s" in s)
     assert "fix ?" in shown  # nothing fixed yet
