@@ -101,10 +101,12 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class PlaybookConfig:
-    """[playbooks.<id>]: on/off and the remediation mode for this playbook (None: the global mode)."""
+    """[playbooks.<id>]: on/off, the remediation mode for this playbook (None: the global mode), and how long its
+    condition must hold before it is reported (None: the playbook's own `for`)."""
 
     enabled: bool = True
     mode: Mode | None = None
+    for_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,10 @@ class DoctorConfig:
             return eng.playbooks[playbook_id]
         return self.playbooks.get(playbook_id, PlaybookConfig()).enabled
 
+    def for_of(self, playbook_id: str) -> float | None:
+        """[playbooks.<id>] for_s: the `for` the config sets for that playbook (None: its own)."""
+        return self.playbooks.get(playbook_id, PlaybookConfig()).for_s
+
     def slo_for(self, engine: str) -> Mapping[str, float]:
         eng = self.engine(engine)
         return dict(eng.slo) if eng is not None else {}
@@ -287,8 +293,9 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
     for pid in pb.data:
         _check_id(pb, pid)
         t = pb.sub(pid)
-        t.only(("enabled", "mode"))
-        playbooks[pid] = PlaybookConfig(t.boolean("enabled", True), cast(Mode | None, t.string("mode", choices=MODES)))
+        t.only(("enabled", "mode", "for_s"))
+        playbooks[pid] = PlaybookConfig(t.boolean("enabled", True), cast(Mode | None, t.string("mode", choices=MODES)),
+                                        t.duration("for_s", positive=False))
     tp = root.sub("templates")
     tp.only(("prompts", "variations", "engines"))
     templates = Templates(tp.strings("prompts"), cast(int, tp.integer("variations", 1, minimum=1)),

@@ -28,6 +28,7 @@ from router.server import RouterThread
 from sim.engine_cli import EngineThread
 from sim.gpu import MemoryLedger
 from sim.loadgen import RequestResult, run_load
+from sim.timeline_file import PhaseMark, write_timeline
 from sim.workload import WorkloadSpec, generate
 
 TOKEN = "demo-policy-token"
@@ -101,8 +102,18 @@ async def _doctor_loop(config: Path, seconds: float, every: float, say: Any) -> 
     return applied
 
 
+def _timeline(path: Path, seconds: float, storm_at: float, storm_for: float) -> None:
+    """The demo's timeline for `doctor tui --timeline` (sim.timeline_file), t=0 now: when the load starts."""
+    phases = [PhaseMark("baseline", 0.0, "chat traffic, 3% long prompts")] if storm_at > 0 else []
+    phases.append(PhaseMark("incident", storm_at, "a storm of 9-16K-token documents (25% of requests)"))
+    if storm_for > 0 and storm_at + storm_for < seconds:
+        phases.append(PhaseMark("storm over", storm_at + storm_for, "back to chat traffic"))
+    write_timeline(path, name="doctor demo", description="a long-document storm on the cold engine",
+                   started_at=time.time(), phases=phases, end_s=seconds, expected="p99_spike on cold -> length_limit")
+
+
 async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: float, seed: int,
-                   time_scale: float, tui: bool = False) -> int:
+                   time_scale: float, tui: bool = False, for_s: float | None = None) -> int:
     say = print
     ledger = MemoryLedger()
     scale = ["--time-scale", str(time_scale)]
@@ -123,7 +134,8 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
         f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot.url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
         '[engines.slo]\np99_ttft_s = 2.0\n\n'
         f'[[engines]]\nname = "cold"\nrole = "cold"\nurl = "{cold.url}"\nmax_model_len = 32768\nmax_num_seqs = 2\n'
-        '[engines.slo]\np99_ttft_s = 8.0\n' + (demo_tui.serve_section(work, port) if tui else ""))
+        '[engines.slo]\np99_ttft_s = 8.0\n' + (demo_tui.serve_section(work, port) if tui else "")
+        + ("" if for_s is None else f'\n[playbooks.p99_spike]\nfor_s = "{for_s:g}s"\n'))
     os.environ["DEMO_ROUTER_TOKEN"] = TOKEN
     try:
         say("serving-doctor demo: hot and cold vLLM engines (simulated) behind the hot/cold router, on loopback.")
@@ -144,8 +156,13 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
         if tui:
             say("opening doctor tui on doctor serve (approve mode): press 2 for the findings, a to approve a fix, "
                 "q to quit")
-            return await demo_tui.run(config, work, port,
-                                      lambda: run_load(router.url, specs, seed=seed, timeout_s=seconds * 3), say)
+            timeline = work / "timeline.json"
+
+            def start_load() -> Any:
+                _timeline(timeline, seconds, storm_at, storm_for)
+                return run_load(router.url, specs, seed=seed, timeout_s=seconds * 3)
+
+            return await demo_tui.run(config, work, port, start_load, say, timeline=timeline)
         load = asyncio.ensure_future(run_load(router.url, specs, seed=seed, timeout_s=seconds * 3))
         applied = await _doctor_loop(config, seconds, 12.0, say)
         result = await load
@@ -193,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storm-for", type=float, default=170.0, help="how long it lasts (default 170 s)")
     parser.add_argument("--time-scale", type=float, default=0.5, help="engines' time scale (default 0.5)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--for", dest="for_s", type=float, metavar="SECONDS",
+                        help="how long the storm's finding (p99_spike) must hold before it is reported "
+                        "(default: the playbook's own 90 s)")
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--tui", dest="shown", action="store_const", const="tui",
                        help="watch it in doctor tui, approving the fix yourself (the default with a terminal)")
@@ -203,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
                              environ=os.environ)
     if args.shown == "tui" and not tui:
         print("doctor demo: --tui needs a terminal (and not CI=true); telling it as text instead", file=sys.stderr)
-    if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0 or args.storm_for < 0:
-        parser.error("--seconds, --rate and --time-scale must be > 0, --storm-for >= 0")
+    if args.seconds <= 0 or args.rate <= 0 or args.time_scale <= 0 or args.storm_for < 0 or args.storm_at < 0:
+        parser.error("--seconds, --rate and --time-scale must be > 0, --storm-at and --storm-for >= 0")
+    if args.for_s is not None and not 0 <= args.for_s < float("inf"):
+        parser.error("--for must be a number of seconds >= 0")
     try:
         return asyncio.run(run_demo(args.seconds, args.rate, args.storm_at, args.storm_for, args.seed,
-                                    args.time_scale, tui))
+                                    args.time_scale, tui, args.for_s))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -45,7 +45,7 @@ async def _ready(url: str, timeout_s: float = 90.0) -> bool:
 
 
 async def run(config: Path, work: Path, port: int, load: Callable[[], Awaitable[Any]],
-              say: Callable[[str], None]) -> int:
+              say: Callable[[str], None], *, timeline: Path | None = None) -> int:
     """Start the daemon, the load and the TUI (in this terminal); when the person quits, stop and summarize."""
     url = f"http://127.0.0.1:{port}"
     log = open(work / "serve.log", "wb")  # noqa: SIM115 (closed below, after the daemon)
@@ -57,8 +57,9 @@ async def run(config: Path, work: Path, port: int, load: Callable[[], Awaitable[
             say(f"doctor serve did not become ready; its log: {work / 'serve.log'}")
             return 1
         traffic = asyncio.ensure_future(load())
+        shown = ["--timeline", str(timeline)] if timeline is not None else []
         tui = await asyncio.create_subprocess_exec(sys.executable, "-m", "doctor.cli", "tui", "--daemon", url,
-                                                   "--token-file", str(work / "api-token"))
+                                                   "--token-file", str(work / "api-token"), *shown)
         await tui.wait()
     finally:
         if traffic is not None:

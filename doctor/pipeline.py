@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from typing import Any, Protocol
 
@@ -10,6 +11,7 @@ from collectors.types import Signals
 from playbooks.base import EngineView, HistoryView, NoHistory, Playbook
 from playbooks.evaluate import evaluate
 from playbooks.model import Finding
+from playbooks.registry import all_playbooks
 
 
 class PlaybookSettings(Protocol):
@@ -80,4 +82,18 @@ def run_playbooks(views: Sequence[EngineView], state: MutableMapping[str, dict[s
         return settings.playbook_enabled(pb.id, engine)
 
     return evaluate(views, state, now=now, params_for=params, enabled=enabled, window_is_history=window_is_history,
-                    pending=pending)
+                    pending=pending, playbooks=_with_for(getattr(settings, "for_of", None)))
+
+
+def _with_for(for_of: Callable[[str], float | None] | None) -> list[Playbook] | None:
+    """The playbooks with the `for` the config sets ([playbooks.<id>] for_s) instead of their own; None: as they are."""
+    if for_of is None:
+        return None
+    out: list[Playbook] = []
+    for pb in all_playbooks():
+        own = for_of(pb.id)
+        if own is not None and own != pb.for_s:
+            pb = copy.copy(pb)
+            pb.__dict__["for_s"] = own  # this copy only: the registered playbook keeps its own
+        out.append(pb)
+    return out

@@ -23,9 +23,12 @@ import httpx
 from sim.engine_cli import EngineThread
 from sim.gpu import MemoryLedger
 from sim.loadgen import LoadProgress, run_load
-from sim.scenarios import SCENARIOS, Incident, Scenario
+from sim.scenario_config import doctor_toml
+from sim.scenarios import MIN_BASELINE_S, SCENARIOS, Incident, Scenario
+from sim.timeline_file import expected_of, scenario_phases, write_timeline
 from sim.workload import RequestSpec
 
+DEFAULT_BASELINE_S = 90.0  # healthy serving before the incident by default (--baseline for the scenario's long form)
 GRACE_S = 5.0  # after the last arrival, requests still in flight get this long before the run ends
 WARMUP = ((4, 8, 16), (512, 1024, 2048))  # the seed's warm-up: batch 4/8/16 x 512/1024/2048 prompt tokens
 
@@ -35,12 +38,27 @@ class _Parser(argparse.ArgumentParser):
         raise ValueError(f"{self.prog}: error: {message}")
 
 
+def _baseline(text: str) -> float:
+    """--baseline SECONDS: a finite number of seconds, at least a minute."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not MIN_BASELINE_S <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_BASELINE_S:g} seconds (a minute of healthy reads "
+                                         f"for the doctor), got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="doctor sim scenario", description=(
         "Start a hot and a cold simulated vLLM engine on loopback, send a workload and play an incident "
         "timeline in real time. Point `doctor diagnose` at the printed URLs."))
     p.add_argument("name", nargs="?", help="the scenario (see --list)")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--baseline", type=_baseline, default=DEFAULT_BASELINE_S, metavar="SECONDS",
+                   help=f"healthy serving before the incident (default {DEFAULT_BASELINE_S:g}: the incident within "
+                   "two minutes; 600 or more for the long form the accuracy trials run)")
     p.add_argument("--seconds", type=float, help="run this long (default: the scenario's length)")
     p.add_argument("--port-base", type=int, default=0,
                    help="hot on P, cold on P+1, their dcgm-exporters on P+2 and P+3 (default: free ports)")
@@ -52,11 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def list_scenarios(out: TextIO) -> None:
+def list_scenarios(out: TextIO, baseline_s: float = DEFAULT_BASELINE_S) -> None:
     width = max(len(n) for n in SCENARIOS)
-    for name, sc in SCENARIOS.items():
+    for name, catalogued in SCENARIOS.items():
+        sc = catalogued.with_baseline(baseline_s)
         expected = f" -> {sc.expected_playbook} ({sc.expected_remedy})" if sc.expected_playbook else ""
-        print(f"{name:<{width}}  {sc.duration_s:>5.0f}s{expected}", file=out)
+        onset = f", incident at t={sc.onset_s:g}s" if sc.onset_s is not None else ""
+        print(f"{name:<{width}}  {sc.duration_s:>5.0f}s{onset}{expected}", file=out)
         print(f"{'':<{width}}  {sc.description}", file=out)
 
 
@@ -152,8 +172,8 @@ def _warmup_requests(max_num_seqs: int) -> list[RequestSpec]:
     return out
 
 
-async def run_scenario(dep: Deployment, seconds: float, *, warmup: bool,
-                       say: Callable[[str], None]) -> dict[str, LoadProgress]:
+async def run_scenario(dep: Deployment, seconds: float, *, warmup: bool, say: Callable[[str], None],
+                       timeline_file: Path | None = None) -> dict[str, LoadProgress]:
     """Warm up, then play the workload and the timeline for `seconds`; returns the load progress per engine."""
     sc = dep.scenario
     if warmup:
@@ -173,6 +193,9 @@ async def run_scenario(dep: Deployment, seconds: float, *, warmup: bool,
 
     say(f"t=0s: workload starts ({len(requests)} requests over {seconds:g}s)")
     t0 = time.monotonic()
+    if timeline_file is not None:
+        write_timeline(timeline_file, name=sc.name, description=sc.description, started_at=time.time(),
+                       phases=scenario_phases(sc), end_s=seconds, expected=expected_of(sc))
     timeline = [i for i in sc.timeline if i.kind != "standing" and i.at_s < seconds]
     tasks: list[asyncio.Future[Any]] = [
         asyncio.ensure_future(run_load(dep.url(name), reqs, seed=dep.seed, progress=keep(name),
@@ -198,15 +221,16 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
         print(exc, file=err)
         return 2
     if ns.list:
-        list_scenarios(out)
+        list_scenarios(out, ns.baseline)
         return 0
     if not ns.name:
         print("doctor sim scenario: error: name a scenario (--list shows them)", file=err)
         return 2
-    sc = SCENARIOS.get(ns.name)
-    if sc is None:
+    catalogued = SCENARIOS.get(ns.name)
+    if catalogued is None:
         print(f"doctor sim scenario: error: unknown scenario {ns.name!r}; known: {', '.join(SCENARIOS)}", file=err)
         return 2
+    sc = catalogued.with_baseline(ns.baseline)
     seconds = sc.duration_s if ns.seconds is None else ns.seconds
     if not seconds > 0:
         print("doctor sim scenario: error: --seconds must be > 0", file=err)
@@ -228,6 +252,9 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
             print(f"doctor sim scenario: error: could not start the engines: {exc}", file=err)
             return 1
         say(f"scenario {sc.name}: {sc.description}")
+        if sc.onset_s is not None and catalogued.onset_s != sc.onset_s:
+            say(f"  here after a {sc.onset_s:g}s baseline (--baseline SECONDS; the catalogue's long form, which the "
+                f"accuracy trials run, has it at t={catalogued.onset_s:g}s)")
         for e in sc.engines:
             say(f"  {e.name} ({e.role}): {dep.url(e.name)}  dcgm {dep.dcgm_url(e.name)}  log {dep.log(e.name)}")
         for incident in sc.timeline:
@@ -239,7 +266,13 @@ def main(argv: list[str] | None = None, *, out: TextIO | None = None, err: TextI
         args = " ".join(f"--engine {e.name}={dep.url(e.name)} --dcgm {e.name}={dep.dcgm_url(e.name)} "
                         f"--log {e.name}={dep.log(e.name)}" for e in sc.engines)
         say(f"  try: doctor diagnose {args}")
-        progress = asyncio.run(run_scenario(dep, seconds, warmup=not ns.no_warmup, say=say))
+        config = log_dir / "doctor.toml"
+        timeline = log_dir / "timeline.json"
+        config.write_text(doctor_toml(sc, {e.name: dep.url(e.name) for e in sc.engines},
+                                      {e.name: dep.dcgm_url(e.name) for e in sc.engines},
+                                      {e.name: dep.log(e.name) for e in sc.engines}, state_dir=log_dir / "state"))
+        say(f"  or watch it: doctor tui --config {config} --timeline {timeline}")
+        progress = asyncio.run(run_scenario(dep, seconds, warmup=not ns.no_warmup, say=say, timeline_file=timeline))
         for name, p in progress.items():
             say(f"{name}: {p.sent} sent, {p.completed} completed, {p.failed} failed, "
                 f"{p.in_flight} in flight at the end")

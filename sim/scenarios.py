@@ -27,6 +27,10 @@ COLD_ENV: Mapping[str, str] = MappingProxyType({"CUDA_VISIBLE_DEVICES": "1"})
 ROUTE_THRESHOLD = 5120  # prompts at or above go cold
 HOT_CAPACITY_QPS = 5.3  # where the hot engine saturates with HOT_ARGV (bench/sim_speed.py)
 
+MIN_BASELINE_S = 60.0  # the shortest baseline `with_baseline` gives (a minute of healthy reads)
+ROOMY_UTILIZATION = 0.6  # a fast-growing fragmentation's engine budget (all of the sim's +60% cap fits)
+FIRST_READING_S = 30.0  # the doctor's first reading, which memory growth is measured from (the trials' cadence)
+
 IncidentKind = Literal["fault", "restart", "workload", "standing"]
 
 
@@ -131,6 +135,70 @@ class Scenario:
     def with_duration(self, seconds: float) -> Scenario:
         """The same scenario cut to `seconds` (real-time demos)."""
         return replace(self, duration_s=seconds)
+
+    def with_baseline(self, seconds: float) -> Scenario:
+        """The same incident after `seconds` of baseline instead of the scenario's own (`onset_s`).
+
+        Everything from the incident on moves by the same shift: timeline entries, workload phases, the
+        workload's schedule steps and end (a base workload that stops at the incident), the run's length.
+        A standing fault (fragmentation, on the engine's command line from t=0) cannot move: its rate is
+        scaled so the growth passes the playbook's threshold at the new onset instead. A healthy scenario
+        has no incident and comes back unchanged. The catalogue itself (what the trials run) never changes.
+        """
+        if not seconds >= MIN_BASELINE_S or seconds == float("inf"):
+            raise ValueError(f"a baseline must be at least {MIN_BASELINE_S:g} s (the doctor's first minute of "
+                             f"healthy reads), got {seconds:g}")
+        if self.onset_s is None:
+            return self
+        d = seconds - self.onset_s
+        if d == 0:
+            return self
+
+        def at(t: float) -> float:
+            return max(0.0, t + d)
+
+        workload = replace(self.workload, schedule=tuple((at(t), m, s) for t, m, s in self.workload.schedule))
+        if workload.num_requests is None and workload.duration_s is not None \
+                and workload.duration_s < self.duration_s:
+            workload = replace(workload, duration_s=at(workload.duration_s))  # a base that ends at the incident
+        timeline = tuple(i if i.kind == "standing" else replace(i, at_s=at(i.at_s)) for i in self.timeline)
+        hot_argv, cold_argv = self.hot_argv, self.cold_argv
+        growth = _scaled_growth(self, seconds)
+        if growth is not None:
+            old, new = growth
+            hot_argv = tuple(new if a == old else a for a in hot_argv)
+            cold_argv = tuple(new if a == old else a for a in cold_argv)
+            if seconds < self.onset_s:  # growing faster, it would reach an OOM before the doctor's `for` passed:
+                hot_argv, cold_argv = _roomy(hot_argv, new), _roomy(cold_argv, new)  # room for all of it
+            timeline = tuple(replace(i, spec=new, note=i.note.replace(old, new))
+                             if i.kind == "standing" and i.spec == old else i for i in timeline)
+        description = self.description.replace(f"t={self.onset_s:g}s", f"t={seconds:g}s")
+        return replace(self, workload=workload, timeline=timeline, hot_argv=hot_argv, cold_argv=cold_argv,
+                       description=description,
+                       phases=tuple(replace(ph, start_s=at(ph.start_s)) for ph in self.phases),
+                       onset_s=seconds, duration_s=max(seconds + 60.0, self.duration_s + d))
+
+
+def _scaled_growth(sc: Scenario, onset_s: float) -> tuple[str, str] | None:
+    """A standing `fragmentation:R` fault rescaled so its growth since the first reading reaches the same
+    share at `onset_s` as it did at the scenario's own onset: (old spec, new spec), or None."""
+    for i in sc.timeline:
+        if i.kind == "standing" and i.spec.startswith("fragmentation:") and sc.onset_s is not None:
+            rate = float(i.spec.split(":", 1)[1])
+            scaled = rate * (sc.onset_s - FIRST_READING_S) / (onset_s - FIRST_READING_S)
+            return i.spec, f"fragmentation:{scaled:.4g}"
+    return None
+
+
+def _roomy(argv: tuple[str, ...], fault: str) -> tuple[str, ...]:
+    """`argv` (when it has `fault`) with a GPU memory budget that leaves room for all of its growth (the sim caps
+    fragmentation at +60% of the footprint: 0.6 x 1.6 < 1), and a context that fits the smaller KV pool (prompts
+    of 5120 tokens and more go cold, so the hot engine's 8192 is plenty)."""
+    if fault not in argv or "--gpu-memory-utilization" not in argv:
+        return argv
+    util = float(argv[argv.index("--gpu-memory-utilization") + 1])
+    return _with(_with(argv, "--gpu-memory-utilization", f"{min(util, ROOMY_UTILIZATION):g}"),
+                 "--max-model-len", "8192")
 
 
 def _cap(spec: WorkloadSpec, seconds: float) -> float | None:

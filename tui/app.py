@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.text import Text
@@ -28,11 +29,14 @@ from tui.screens.findings import FindingsScreen
 from tui.screens.fleet import FleetScreen
 from tui.source import Source, SourceError
 from tui.thresholds import LEGEND
+from tui.timeline import Timeline, read_timeline, timeline_text
 
+SCREENS = Binding.Group("Screens", compact=True)  # one footer item "123 Screens": the footer keeps to 80 columns
 RATES = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 CSS = """
 .status { height: 1; background: $panel; }
 #policy { height: auto; }
+#timeline { height: 1; text-wrap: nowrap; text-overflow: ellipsis; }
 #summary { height: auto; }
 .dim, #legend { color: $text-muted; }
 .hidden { display: none; }
@@ -46,7 +50,8 @@ Sparkline { height: 2; }
 
 
 class DoctorApp(App[None]):
-    """`source` gives the state and takes decisions; `clock` is only for what the screen says (ages)."""
+    """`source` gives the state and takes decisions; `clock` is only for what the screen says (ages); `timeline`: a
+    sim scenario's timeline file (tui.timeline), read with each state."""
 
     TITLE = "doctor"
     CSS = CSS
@@ -55,17 +60,20 @@ class DoctorApp(App[None]):
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
         Binding("p", "pause", "Pause"),
-        Binding("plus,equals_sign", "rate(-1)", "Faster", key_display="+"),
-        Binding("minus", "rate(1)", "Slower", key_display="-"),
-        Binding("1", "go('fleet')", "Fleet"),
-        Binding("2", "go('findings')", "Findings"),
-        Binding("3", "go('actions')", "Actions"),
+        # + and - are in the help screen (and the status line says the rate): the footer keeps to 80 columns
+        Binding("plus,equals_sign", "rate(-1)", "Faster", key_display="+", show=False),
+        Binding("minus", "rate(1)", "Slower", key_display="-", show=False),
+        Binding("1", "go('fleet')", "Fleet", group=SCREENS),
+        Binding("2", "go('findings')", "Findings", group=SCREENS),
+        Binding("3", "go('actions')", "Actions", group=SCREENS),
         Binding("escape", "back", "Back", show=False),
     ]
 
     def __init__(self, source: Source, *, refresh_s: float = 1.0, read_only: bool = False, who: str = "someone",
-                 clock: Callable[[], float] = time.time, listen: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, listen: bool = True, timeline: Path | None = None) -> None:
         super().__init__()
+        self.timeline_file = timeline
+        self.timeline: Timeline | None = None
         self.source = source
         self.refresh_s = refresh_s
         self.read_only = read_only or not source.can_decide
@@ -127,6 +135,8 @@ class DoctorApp(App[None]):
         except SourceError as exc:
             self._failed(str(exc))
         else:
+            if self.timeline_file is not None:
+                self.timeline = read_timeline(self.timeline_file)
             self._got(parse_state(doc))
         finally:
             self._busy = False
@@ -200,6 +210,10 @@ class DoctorApp(App[None]):
         if self.read_only:
             out.append("  read-only", style="bold")
         return out
+
+    def timeline_text(self) -> Text | None:
+        """Where the sim scenario is (baseline, incident, fix), when the TUI was given its timeline."""
+        return None if self.timeline is None else timeline_text(self.timeline, self.state, self.clock())
 
     def open_engine(self, name: str) -> None:
         self.push_screen(EngineScreen(name))

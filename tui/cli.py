@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--router", metavar="URL", help="standalone: the hot/cold router (its policy is shown on top)")
     p.add_argument("--state-dir", type=Path, help="standalone: the state directory (default the config's, else "
                    "$XDG_STATE_HOME/serving-doctor)")
+    p.add_argument("--timeline", type=Path, metavar="FILE", help="a sim scenario's timeline (written by `doctor "
+                   "sim scenario` and `doctor demo`): baseline -> incident -> fix on the fleet screen")
     p.add_argument("--refresh", default="1s", help="between reads of the state (default 1s; + and - change it)")
     p.add_argument("--once", action="store_true", help="print one text frame and exit")
     p.add_argument("--read-only", action="store_true", help="no key that changes anything (approve, reject, "
@@ -87,15 +89,17 @@ def source_of(ns: argparse.Namespace, refresh_s: float) -> Source:
     return _standalone(ns, refresh_s)
 
 
-async def _once(source: Source, width: int, color: bool) -> str:
+async def _once(source: Source, width: int, color: bool, timeline: Path | None = None) -> str:
     from tui.frame import frame
     from tui.model import parse_state
+    from tui.timeline import read_timeline
 
     try:
         doc = await source.state()
     finally:
         await source.aclose()
-    return frame(parse_state(doc), source=source.label, now=time.time(), width=width, color=color)
+    return frame(parse_state(doc), source=source.label, now=time.time(), width=width, color=color,
+                 timeline=read_timeline(timeline) if timeline is not None else None)
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -118,14 +122,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     if ns.once:
         color = out.isatty() and "NO_COLOR" not in os.environ
         try:
-            print(asyncio.run(_once(source, ns.width, color)), file=out, end="")
+            print(asyncio.run(_once(source, ns.width, color, ns.timeline)), file=out, end="")
         except SourceError as exc:
             print(f"doctor tui: {exc}", file=err)
             return EXIT_UNUSABLE
         return EXIT_OK
     from tui.app import DoctorApp
 
-    app = DoctorApp(source, refresh_s=refresh_s, read_only=ns.read_only, who=ns.who or _login())
+    app = DoctorApp(source, refresh_s=refresh_s, read_only=ns.read_only, who=ns.who or _login(), timeline=ns.timeline)
     if ns.theme:
         if ns.theme not in app.available_themes:
             print(f"doctor tui: --theme {ns.theme!r}: expected one of {', '.join(sorted(app.available_themes))}",

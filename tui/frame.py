@@ -11,15 +11,19 @@ from rich.text import Text
 
 from tui.cells import FLEET_COLUMNS, action_cells, cell, evidence_line, policy_line
 from tui.model import State
+from tui.timeline import Timeline, timeline_text
 
 
-def frame(state: State, *, source: str, now: float, width: int = 120, color: bool = False) -> str:
-    """The frame as text."""
+def frame(state: State, *, source: str, now: float, width: int = 120, color: bool = False,
+          timeline: Timeline | None = None) -> str:
+    """The frame as text (with a sim scenario's `timeline` line when given)."""
     console = Console(file=io.StringIO(), width=width, color_system="standard" if color else None,
                       force_terminal=color, no_color=not color, highlight=False, emoji=False)
     cycles = f", cycle {state.cycles}" if state.cycles is not None else ""
     console.print(Text(f"doctor tui — {source} — status {state.status} at {state.generated_at or 'never'}{cycles}",
                        style="bold"))
+    if timeline is not None:
+        console.print(timeline_text(timeline, state, now))
     console.print(policy_line(state, now))
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for c in FLEET_COLUMNS:

@@ -10,6 +10,7 @@ from typing import Any
 
 from textual.pilot import Pilot
 
+from sim.timeline_file import PhaseMark, write_timeline
 from tests.tui.recorded import NOW, STATE, Recorded
 from tui.app import DoctorApp
 from tui.decision import Frozen
@@ -46,6 +47,16 @@ def test_fleet(snap_compare: Any) -> None:
 def test_fleet_light_theme(snap_compare: Any) -> None:
     a = app()
     a.theme = "textual-light"
+    assert snap_compare(a, terminal_size=SIZE, run_before=settled)
+
+
+def test_fleet_with_the_scenario_timeline(snap_compare: Any, tmp_path: Path) -> None:
+    path = tmp_path / "timeline.json"
+    write_timeline(path, name="long_prompt_storm", description="", started_at=NOW - 130, end_s=330.0,
+                   phases=[PhaseMark("baseline", 0.0), PhaseMark("incident", 90.0)],
+                   expected="p99_spike on cold -> length_limit")
+    a = DoctorApp(Recorded(), refresh_s=3600, clock=lambda: NOW, timeline=path)
+    a.theme = "textual-dark"
     assert snap_compare(a, terminal_size=SIZE, run_before=settled)
 
 

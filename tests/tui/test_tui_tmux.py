@@ -1,5 +1,5 @@
-"""`doctor tui` in a real terminal (tmux, on its own server socket): it sees the finding appear on the sim
-deployment (tests/tui/conftest.py) and a person approves its fix with keys; the router then has the limit."""
+"""`doctor tui` in a real terminal (tmux, on its own server socket), opened by `doctor demo --tui` on the demo's own
+deployment: it sees the finding appear, a person approves its fix with keys, and the next frames show it applied."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.serve.stack import ROOT, policy
-from tests.tui.deployment import Deployment
+from tests.serve.stack import ROOT
 
-pytestmark = [pytest.mark.timeout(300),
+pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (make debian-packages)")]
 
 
@@ -55,35 +55,35 @@ def tmux() -> Iterator[Tmux]:
         subprocess.run(["tmux", "-L", t.sock, "kill-server"], capture_output=True, timeout=30)
 
 
-def test_the_finding_appears_and_a_person_approves_its_fix_in_a_terminal(d: Deployment, tmux: Tmux) -> None:
-    cmd = (f"env PYTHONPATH={ROOT} TERM=xterm-256color {sys.executable} -m doctor.cli tui --daemon {d.daemon.url} "
-           f"--token-file {d.tmp / 'api-token'} --who tmux-tester --refresh 0.5s")
+def test_the_demo_s_finding_appears_and_a_person_approves_its_fix_in_a_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    """`doctor demo --tui` in tmux: its engines, router, `doctor serve` (approve mode) and the TUI it opens, as a
+    person runs it. The storm starts at once and the demo's --for knob lets its p99_spike finding report after 5 s
+    (its own `for` is 90 s), so the whole run takes under a minute."""
+    cmd = (f"env -u CI PYTHONPATH={ROOT} TERM=xterm-256color TMPDIR={tmp_path} {sys.executable} -m doctor.cli demo "
+           "--tui --storm-at 0 --for 5 --rate 10 --time-scale 0.25 --seconds 120; echo demo-exit=$?; sleep 120")
     tmux.run("new-session", "-d", "-s", "tui", "-x", "120", "-y", "40", cmd)
-    tmux.until("the finding on the fleet screen", lambda s: "long_prompt_share" in s and "waiting for approval" in s)
+    shown = tmux.until("the TUI with the demo's timeline", lambda s: "doctor demo t=" in s and "incident 0s" in s)
+    assert "fix ?" in shown  # nothing fixed yet
     tmux.keys("2")
-    tmux.until("the findings screen", lambda s: "evidence:" in s)
-    # typed as a person types: each step seen on screen before the next (keys sent in one burst can race the
-    # filter box taking the focus)
+    tmux.until("the findings screen", lambda s: "severity  status" in s)
     tmux.keys("/")
     tmux.until("the filter box", lambda s: "words to match" in s)
-    tmux.keys("-l", "long_prompt")
-    tmux.until("the filter typed", lambda s: "words to match" not in s)  # the placeholder gives way to the text
-    time.sleep(0.3)
-    tmux.keys("Enter")
-    tmux.until("the finding's pending action", lambda s: ": pending" in s and "because long_prompt_share" in s)
+    tmux.keys("-l", "cold p99_spike")
+    tmux.until("the filter typed", lambda s: "words to match" not in s)
+    tmux.until("the storm's finding with its pending fix",
+               lambda s: "cold / p99_spike" in s and "length_limit on router" in s and ": pending" in s)
+    tmux.keys("Enter")  # the filter box gives the focus back to the table
     time.sleep(0.5)
     tmux.keys("a")
     shown = tmux.until("the confirmation", lambda s: "This will apply now" in s)
-    assert "length_limit on router(" in shown
+    assert "length_limit on router(" in shown and "p99_spike" in shown
     tmux.keys("y")
-    deadline = time.monotonic() + 60
-    while policy(d.router_url)["length_limit_tokens"] != 8192 and time.monotonic() < deadline:
-        time.sleep(0.3)
-    assert policy(d.router_url)["length_limit_tokens"] == 8192
-    tmux.until("the applied action on screen", lambda s: ": applied" in s or ": verified" in s)
-    # leave the deployment as it was for whatever runs next: the limit rolled back through the API
-    applied = [r for r in d.daemon.get("/v1/actions").json()["recent"]
-               if r["action"]["action"] == "length_limit" and r["status"] in ("applied", "verified")]
-    for r in applied:
-        assert d.daemon.post(f"/v1/actions/{r['id']}/rollback", json_body={"who": "tests"}).status_code == 200
-    assert policy(d.router_url)["length_limit_tokens"] is None
+    tmux.until("the dialog gone", lambda s: "This will apply now" not in s)
+    tmux.keys("1")
+    shown = tmux.until("the fix on the fleet screen's timeline and the router's limit",
+                       lambda s: "length_limit on router" in s and "LIMIT 8192 tok" in s)
+    assert "fix ?" not in shown
+    tmux.keys("q")
+    shown = tmux.until("the demo's summary", lambda s: "demo-exit=" in s)
+    assert "demo-exit=0" in shown, shown
+    assert "approved: length_limit on router (person:" in shown and "applied: length_limit on router" in shown

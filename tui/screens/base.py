@@ -25,6 +25,8 @@ class Host(Protocol):
 
     def status_text(self) -> Text: ...
 
+    def timeline_text(self) -> Text | None: ...
+
     def ask_decision(self, verb: str, action: ActionRow, finding: FindingRow | None) -> None: ...
 
     def open_engine(self, name: str) -> None: ...
@@ -61,6 +63,11 @@ class DoctorScreen(Screen[None]):
 
     def show(self, state: State) -> None:
         """Draw `state` (screens override)."""
+
+    def on_resize(self) -> None:
+        """Under 100 columns the footer leaves out `^p palette` (the help screen names it) to keep the keys whole."""
+        for footer in self.query(Footer):
+            footer.show_command_palette = self.size.width >= 100
 
 
 class TableScreen(DoctorScreen):

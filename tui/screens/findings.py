@@ -17,7 +17,7 @@ from tui.screens.base import TableScreen
 
 DECISION_KEYS: list[BindingType] = [
     Binding("a", "decide('approve')", "Approve"), Binding("r", "decide('reject')", "Reject"),
-    Binding("b", "decide('rollback')", "Roll back")]
+    Binding("b", "decide('rollback')", "Rollback")]
 
 
 class FindingsScreen(TableScreen):

@@ -21,6 +21,7 @@ class FleetScreen(TableScreen):
 
     def compose(self) -> ComposeResult:
         yield from self.compose_status()
+        yield Static(id="timeline", classes="hidden")
         yield Static(id="policy")
         table: DataTable[Text] = DataTable(id="fleet", cursor_type="row", zebra_stripes=True)
         for c in FLEET_COLUMNS:
@@ -33,6 +34,11 @@ class FleetScreen(TableScreen):
     def show(self, state: State) -> None:
         now = self.host().clock()
         self.refresh_status()
+        timeline = self.host().timeline_text()
+        shown = self.query_one("#timeline", Static)
+        shown.set_class(timeline is None, "hidden")
+        if timeline is not None:
+            shown.update(timeline)
         self.query_one("#policy", Static).update(policy_line(state, now))
         rows = []
         for e in state.engines:
