@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from collectors.jsonfile import write_bytes_atomic
+from collectors.jsonfile import open_private, write_bytes_atomic
 
 T = TypeVar("T")
 _SEAL = 64
@@ -82,12 +82,12 @@ class JsonLines(Generic[T]):
         if not new:
             return
         data = "".join(json.dumps(self.encode(r), separators=(",", ":"), allow_nan=False) + "\n" for r in new)
-        with open(self.path, "a+b") as handle:
-            if handle.tell() > self._offset:  # a torn last line: kept aside, then cut off
+        with os.fdopen(open_private(self.path, os.O_RDWR | os.O_APPEND), "a+b") as handle:
+            if handle.seek(0, os.SEEK_END) > self._offset:  # a torn last line: kept aside, then cut off
                 handle.seek(self._offset)
                 torn = handle.read()
                 keep = self.path.with_name(self.path.name + ".corrupt")
-                with open(keep, "ab") as aside:
+                with os.fdopen(open_private(keep, os.O_WRONLY | os.O_APPEND), "ab") as aside:
                     aside.write(torn + b"\n")
                 self.problems.append(f"{self.path}: an incomplete last line ({len(torn)} bytes) was moved to {keep}")
                 handle.truncate(self._offset)

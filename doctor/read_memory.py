@@ -5,7 +5,7 @@ A one-shot `doctor diagnose` reads every engine twice: the rates need two points
 seconds, and its previous cycle's read is already kept in the snapshot store: when every engine's newest kept
 snapshot is at most `fresh_s` old, the cycle reads once and the window opens on the kept ones. What the store
 does not keep is remembered here: the router's previous snapshot (its rates), and each engine's identity
-(/version, /v1/models, /server_info), asked again after `identity_ttl_s` or when a read of the engine failed.
+(/version, /v1/models, /server_info), asked again after `identity_ttl_s` or when /health or /metrics failed.
 Measured: the daemon's cycle at a 1 s interval went from 14 requests and 4 scrapes to 4 and 2.
 """
 
@@ -35,9 +35,10 @@ class ReadMemory:
         return kept[1]
 
     def remember(self, engine: str, samples: list[Sample], started: float) -> None:
-        """Keep the identity samples read since `started` (not the remembered ones a cycle reused); forget them
-        when any read of the engine failed (a restart may come with another version or model)."""
-        if any(s.error for s in samples):
+        """Keep the identity samples read since `started` (not the remembered ones a cycle reused; a failed one
+        too, asked again after the TTL); forget them when the engine's /health or /metrics read failed (it may
+        come back restarted, with another version or model)."""
+        if any(s.error for s in samples if s.source in ("health", "metrics")):
             self.identity.pop(engine, None)
             return
         ident = [s for s in samples if s.source in IDENTITY_SOURCES and s.timestamp >= started]

@@ -78,3 +78,37 @@ def test_history_is_judged_on_the_plans_clock(tmp_path: Path) -> None:
     h.run_until(h.start + 120)
     result = asyncio.run(run_cycle(plan, clock=lambda: h.now))
     assert result.signals["hot"].values.get("memory_growth_ratio") is not None  # baseline from the first cycle
+
+
+def test_a_long_lived_caller_reads_each_engine_once_while_its_previous_read_is_fresh(tmp_path: Path) -> None:
+    """With a ReadMemory (the daemon's), a cycle whose previous read is at most `fresh_s` old reads once and opens
+    its window on the kept snapshots; /version is asked again only after identity_ttl_s or a failed read; a gap
+    longer than `fresh_s` falls back to two reads."""
+    import dataclasses
+
+    from doctor.read_memory import ReadMemory
+
+    h = _harness()
+    h.run_until(h.start + 100)
+    seen: list[tuple[str, float]] = []
+    slept: list[float] = []
+    plan = dataclasses.replace(_plan(h, tmp_path, seen, slept), memory=ReadMemory(fresh_s=3.0, identity_ttl_s=10.0))
+
+    def cycle() -> tuple[list[str], CycleResult]:
+        seen.clear()
+        result = asyncio.run(run_cycle(plan, clock=lambda: h.now))
+        return [what for what, _ in seen if what.startswith("hot.test")], result
+
+    first, _ = cycle()  # nothing kept yet: two reads, sample_s apart
+    assert first.count("hot.test/metrics") == 2 and slept == [5.0]
+    for _ in range(4):
+        h.run_until(h.now + 1.0)
+        reads, result = cycle()
+        assert reads.count("hot.test/metrics") == 1 and slept == [5.0], reads  # one read, no wait
+        assert reads.count("hot.test/version") == 0  # the identity is remembered...
+        assert result.signals["hot"].values.get("qps") is not None  # ...and the window opens on the kept reads
+        assert result.signals["hot"].window_s >= 5.0
+        assert result.report["engines"][0]["version"]  # the remembered /version still names the profile
+    h.run_until(h.now + 10.0)  # more than fresh_s since the last read: two reads again, identity asked again
+    reads, _ = cycle()
+    assert reads.count("hot.test/metrics") == 2 and reads.count("hot.test/version") == 1
