@@ -140,7 +140,10 @@ class SnapshotStore:
             seen = {s.timestamp for s in kept} if current == url else set()
             self._lines.append((engine, url, s) for s in snapshots if s.timestamp not in seen)
             records = self._lines.records()
-            live = [(e, u, s) for e in {r[0] for r in records} for u, snaps in [self._kept(records, e)]
-                    if u is not None for s in snaps]
+            engines = {r[0] for r in records}
+            if len(records) <= 2 * self.max_per_engine * len(engines) + 64:
+                return  # cannot hold twice what is kept yet (the precise count walks every engine's lines)
+            live = [(e, u, s) for e in engines for u, snaps in [self._kept(records, e)] if u is not None
+                    for s in snaps]
             if len(records) > 2 * len(live) + 64:
                 self._lines.rewrite(sorted(live, key=lambda r: r[2].timestamp))
