@@ -64,6 +64,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/router_overhead.py --upstream stub --stream
 	$(BIN)/python bench/detection_accuracy.py
 	$(BIN)/python bench/remediation_efficacy.py
+	$(BIN)/python bench/daemon_overhead.py --seconds 120
+	$(BIN)/python bench/tui_overhead.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
