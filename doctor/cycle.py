@@ -8,8 +8,9 @@ I/O, substituted through the plan and the clock, never a step of the cycle.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,16 +63,19 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         in_progress = remediator.guard.in_progress()
     elif plan.history:
         in_progress = _in_progress(plan, clock)
-    state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if plan.history else {}
     views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
                         settings=plan.settings,
                         history_for=(lambda name: EngineHistory(history, name)) if history else None,
                         in_progress=lambda name: name in in_progress)
     pending: list[Finding] = []
-    findings = run_playbooks(views, state, now=now, settings=plan.settings,
-                             window_is_history=plan.since_s is not None, pending=pending)
-    if plan.history:
-        state_dir.save_json("playbooks.json", state)
+    # The playbooks' `for` state is read, updated and written under one lock: cron and the daemon judging at
+    # once would otherwise each write what it read before the other's update (one update lost).
+    with _for_state_lock(state_dir) if plan.history else contextlib.nullcontext():
+        state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if plan.history else {}
+        findings = run_playbooks(views, state, now=now, settings=plan.settings,
+                                 window_is_history=plan.since_s is not None, pending=pending)
+        if plan.history:
+            state_dir.save_json("playbooks.json", state)
     record_history(history, results, now)
     actions: list[dict[str, Any]] = []
     if remediator is not None:
@@ -112,6 +116,28 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         "engines": engines,
     }
     return CycleResult(report, findings, pending, {r.ref.name: r.signals for r in results})
+
+
+@contextlib.contextmanager
+def _for_state_lock(state_dir: Any, wait_s: float = 5.0) -> Iterator[None]:
+    """The playbooks' state lock, waited for at most `wait_s` (another process holds it for a millisecond; one
+    stopped while holding it must not stop this cycle: it then goes on without, and says so)."""
+    import logging
+
+    from doctor.state import LockHeld
+
+    give_up = time.monotonic() + wait_s
+    while True:
+        try:
+            with state_dir.lock("playbooks"):
+                yield
+            return
+        except LockHeld as exc:
+            if time.monotonic() > give_up:
+                logging.getLogger("doctor.cycle").warning("playbooks' state written without its lock: %s", exc)
+                yield
+                return
+            time.sleep(0.01)
 
 
 def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 
 from doctor.cycle import CycleResult, run_cycle
 from doctor.engines import EngineRef
@@ -112,3 +114,41 @@ def test_a_long_lived_caller_reads_each_engine_once_while_its_previous_read_is_f
     h.run_until(h.now + 10.0)  # more than fresh_s since the last read: two reads again, identity asked again
     reads, _ = cycle()
     assert reads.count("hot.test/metrics") == 2 and reads.count("hot.test/version") == 1
+
+
+def test_two_doctors_judging_at_once_both_keep_their_for_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cron and the daemon on one state directory: the playbooks' state is read, updated and written under one
+    lock, so neither writes back what it read before the other's update."""
+    import threading
+
+    import doctor.pipeline
+
+    real = doctor.pipeline.run_playbooks
+    first_in, release = threading.Event(), threading.Event()
+
+    def judged(views: Any, state: dict[str, Any], **kw: Any) -> Any:
+        me = threading.current_thread().name
+        state[me] = {"seen": True}
+        if me == "first":
+            first_in.set()
+            release.wait(10)  # the second cycle arrives while the first is judging
+        return real(views, state, **kw)
+
+    monkeypatch.setattr(doctor.pipeline, "run_playbooks", judged)
+
+    def one(name: str) -> None:
+        h = _harness()
+        h.run_until(h.start + 100)
+        asyncio.run(run_cycle(_plan(h, tmp_path, [], []), clock=lambda: h.now))
+
+    first = threading.Thread(target=one, args=("first",), name="first")
+    second = threading.Thread(target=one, args=("second",), name="second")
+    first.start()
+    assert first_in.wait(30)
+    second.start()
+    second.join(0.5)  # it waits for the lock (or, without one, would have written its state by now)
+    release.set()
+    first.join(30)
+    second.join(30)
+    state = json.loads((tmp_path / "playbooks.json").read_text())
+    assert {"first", "second"} <= set(state)
