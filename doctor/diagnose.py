@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -245,7 +244,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         print(f"doctor diagnose: cannot use the state directory: {exc}", file=err)
         return EXIT_UNUSABLE
     if opts.fmt == "json":
-        json.dump(report, out, indent=2)
+        from doctor.jsonout import dumps
+
+        out.write(dumps(report, indent=2))
         out.write("\n")
     else:
         from doctor.report_text import render_text

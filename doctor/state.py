@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from doctor.jsonout import dumps
+
 
 def default_state_dir() -> Path:
     """$XDG_STATE_HOME/serving-doctor (or ~/.local/state/serving-doctor)."""
@@ -68,5 +70,5 @@ class StateDir:
     def save_json(self, name: str, data: Any) -> None:
         path = self.file(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        tmp.write_text(dumps(data, sort_keys=True), encoding="utf-8")
         tmp.replace(path)

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from doctor.jsonout import dumps
 from doctor.remedy.model import ActionRecord
 
 REDACTED = "[redacted]"
@@ -116,7 +117,7 @@ class AuditLog:
 
     def _append(self, line: dict[str, Any]) -> dict[str, Any]:
         clean: dict[str, Any] = self.redact(line)
-        data = (json.dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
+        data = (dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from doctor.jsonout import dumps
 from doctor.remedy.model import ActuatorError, LaunchedEngine
 
 SECRET_ENV = ("ROUTER_POLICY_TOKEN",)  # never handed to an engine process
@@ -123,7 +124,7 @@ class EngineProcesses:
         pid_file, meta = self._files(rec.key)
         tmp = meta.with_suffix(".tmp")
         tmp.touch(mode=0o600)  # the command line may hold an --api-key
-        tmp.write_text(json.dumps(asdict(rec), sort_keys=True))
+        tmp.write_text(dumps(asdict(rec), sort_keys=True))
         tmp.replace(meta)
         pid_file.write_text(f"{rec.pid}\n")
 
