@@ -196,8 +196,8 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         from collectors.host import LocalProcessFinder
 
         finder = opts.process_finder or LocalProcessFinder()
-        for e in local:
-            finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
+        for e in local:  # first CPU reading; the second gives the rate (psutil reads /proc: off the loop)
+            await asyncio.to_thread(finder.read, urlsplit(e.url).port or 80)
     router_samples: list[Sample] = []
     if opts.since_s is not None and opts.prometheus:
         await _read_prometheus(opts, readings, clock=clock)
@@ -228,7 +228,7 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         if finder is not None and _is_local(ref.url):
             from collectors.host import local_process_signals
 
-            host = finder.read(urlsplit(ref.url).port or 80)
+            host = await asyncio.to_thread(finder.read, urlsplit(ref.url).port or 80)
             reading.host_values, reading.host_reasons = local_process_signals(host)
     out = []
     for ref in opts.engines:
