@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import os
 import socket
@@ -25,7 +24,7 @@ from router.admission import Admission
 from router.config import RouterConfig
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
-from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
+from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, load_document, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
 from router.store import PolicyStore
 from router.tokens import EngineCounter, EstimateCounter, LocalTokenizerCounter, TokenCounter
@@ -251,9 +250,9 @@ class Router:
             if len(raw) > POLICY_BODY_MAX:
                 return _error(413, f"policy document over {POLICY_BODY_MAX} bytes", "RequestTooLarge")
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, f"invalid JSON: {exc}", "BadRequestError")
+            doc = load_document(raw)
+        except PolicyError as exc:
+            return _error(400, str(exc), "BadRequestError")
         source = f"PUT from {request.client.host if request.client else '?'}"
         try:
             entry = await self.apply_policy(doc, source)

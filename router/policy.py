@@ -14,6 +14,7 @@ whole document; `version`, when given, must match the current one):
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,6 +35,14 @@ class PolicyError(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+def load_document(raw: bytes) -> Any:
+    """A PUT body as JSON, or PolicyError (400) naming what is wrong (nesting too deep included)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise PolicyError(f"invalid JSON: {'nested too deeply' if isinstance(exc, RecursionError) else exc}") from None
 
 
 @dataclass(frozen=True)
