@@ -394,7 +394,10 @@ def check_url(table: Table, key: str | int, value: Any) -> str:
     """http(s)://HOST[:PORT][/path], returned without a trailing slash."""
     if not isinstance(value, str):
         raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # "Invalid IPv6 URL": an unbalanced [ or ]
+        raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}")
     try:

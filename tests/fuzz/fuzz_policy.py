@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from router.policy import PolicyError, load_document, parse_versioned
 
 
@@ -13,4 +15,8 @@ def fuzz_one(data: bytes) -> None:
         assert exc.status in (400, 409)
         return
     assert policy.route_threshold_tokens >= 1
+    for _, upstream in policy.all_upstreams():  # the router dials these: each must split into host and port
+        parts = urlsplit(upstream.url)
+        assert parts.hostname, upstream.url
+        assert parts.port is None or parts.port > 0, upstream.url
     policy.to_dict()

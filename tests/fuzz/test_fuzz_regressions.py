@@ -4,10 +4,16 @@ HTTP on loopback where the parser sits behind a listener."""
 from __future__ import annotations
 
 import asyncio
+import io
+import json
+from pathlib import Path
 
 import httpx
 import pytest
 
+from doctor.config import load_config
+from doctor.config_schema import ConfigError
+from doctor.diagnose import EXIT_UNUSABLE, main
 from doctor.serve.alerts import PayloadError, parse
 from router.policy import PolicyError, load_document
 from router.tokens import BadPrompt, parse_body
@@ -35,6 +41,32 @@ def test_router_answers_400_to_deeply_nested_bodies() -> None:
         assert r.status_code == 400 and "nested too deeply" in r.text, (r.status_code, r.text)
         r = client.put("/router/policy", content=DEEP, headers={**AUTH, "content-type": "application/json"})
         assert r.status_code == 400 and "nested too deeply" in r.text, (r.status_code, r.text)
+        assert client.post("/v1/completions", json={"prompt": "a b", "max_tokens": 2}).status_code == 200
+
+
+def test_an_unbalanced_bracket_in_a_url_is_a_config_error(tmp_path: Path) -> None:
+    # fuzz crash-736eb35d: url = "http://127.0.0.1:8[001" raised urllib's ValueError("Invalid IPv6 URL")
+    path = tmp_path / "doctor.toml"
+    path.write_text('[[engines]]\nname = "hot"\nurl = "http://127.0.0.1:8[001"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"engines\[0\]\.url: expected a URL like http://HOST:PORT"):
+        load_config(path)
+    err = io.StringIO()  # the same URL given as a flag
+    code = main(["--engine", "hot=http://127.0.0.1:8[001", "--state-dir", str(tmp_path / "s")],
+                out=io.StringIO(), err=err)
+    assert code == EXIT_UNUSABLE and "the URL must look like http://HOST:PORT" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
+
+
+def test_router_refuses_an_upstream_url_it_cannot_dial() -> None:
+    # fuzz (policy target): "http://127.0.0.1:80e$" passed the policy check; dialing it raised ValueError
+    with engine("hot") as hot, engine("cold") as cold, router(hot.url, cold.url) as rt, \
+            httpx.Client(base_url=rt.url, timeout=30) as client:
+        doc = client.get("/router/policy", headers=AUTH).json()
+        for bad in ("http://127.0.0.1:80e$", "http://[::1", "http://127.0.0.1:99999"):
+            doc["upstreams"]["cold"] = [{"name": "cold", "url": bad}]
+            body = {k: v for k, v in doc.items() if k not in ("status", "updated_at")}
+            r = client.put("/router/policy", content=json.dumps(body), headers=AUTH)
+            assert r.status_code == 400 and "upstreams.cold[0].url" in r.text, (bad, r.status_code, r.text)
         assert client.post("/v1/completions", json={"prompt": "a b", "max_tokens": 2}).status_code == 200
 
 
@@ -79,6 +111,8 @@ def test_wire_skips_an_interim_1xx_response() -> None:
     ("wire", b"\x07\x03HTTP/1.1 000 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nx"),
     ("alerts", DEEP), ("policy", DEEP), ("router_request", b"p" + DEEP),
     ("config", b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n"),
+    ("config", b'[[engines]]\nname = "hot"\nurl = "http://127.0.0.1:8[001"\n'),
+    ("policy", b'{"route_threshold_tokens": 5, "upstreams": {"hot": ["http://127.0.0.1:80e$"]}}'),
     ("metrics", b'vllm:num_requests_running{engine="0"} +Inf\nvllm:kv_cache_usage_perc NaN\n'),
 ])
 def test_crash_inputs_pass_their_targets_now(target: str, data: bytes) -> None:
