@@ -134,7 +134,7 @@ class _Builder:
         if value < 0.0 and (t.kind in ("counter", "histogram") or t.canonical in _COUNT_GAUGES):
             self._reject(t, name, value, f"negative (a {t.kind} cannot be)")
             return False
-        if t.spec.ratio and value > 1.0:
+        if t.spec.ratio and value > 1.0 + 1e-6:  # rounding above 1 is not bad input
             self._reject(t, name, value, "outside 0..1 (a ratio)")
             return False
         return True
