@@ -133,8 +133,25 @@ def policy() -> None:
     _write("policy", "minimal.json", json.dumps({"route_threshold_tokens": 5120}))
 
 
+def dcgm() -> None:
+    for f in sorted(FIXTURES.glob("dcgm_*.txt")):
+        _write("dcgm", f.name, f.read_bytes())
+
+
+def router_metrics() -> None:
+    from tests.router.router_helpers import engine, prompt, router
+
+    with engine("hot") as hot, engine("cold") as cold, router(hot.url, cold.url) as rt, \
+            httpx.Client(base_url=rt.url, timeout=60) as client:
+        for tokens, stream in ((10, False), (10, True), (2000, False)):
+            client.post("/v1/completions", json={"prompt": prompt(tokens), "max_tokens": 4, "stream": stream})
+        text = client.get("/metrics").text
+    _write("router_metrics", "router.txt", "\n".join(line for line in text.splitlines()
+                                                      if not line.startswith("# HELP")) + "\n")
+
+
 def main() -> None:
-    for make in (metrics, logs, alerts, config, router_request, wire, policy):
+    for make in (metrics, logs, alerts, config, router_request, wire, policy, dcgm, router_metrics):
         make()
 
 

@@ -16,6 +16,8 @@ TARGETS: dict[str, str] = {
     "router_request": "tests.fuzz.fuzz_router_request",  # the router's request body parsing and token estimate
     "wire": "tests.fuzz.fuzz_wire",  # the router's HTTP/1.1 client: upstream response parsing
     "policy": "tests.fuzz.fuzz_policy",  # the router's policy API body
+    "dcgm": "tests.fuzz.fuzz_dcgm",  # dcgm-exporter /metrics (GPU signals)
+    "router_metrics": "tests.fuzz.fuzz_router_metrics",  # the router's /metrics as the doctor reads it
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from collectors.routersource import read_router
 from doctor.config import load_config
 from doctor.config_schema import ConfigError
 from doctor.diagnose import EXIT_UNUSABLE, main
@@ -18,6 +19,7 @@ from doctor.serve.alerts import PayloadError, parse
 from router.policy import PolicyError, load_document
 from router.tokens import BadPrompt, parse_body
 from router.wire import WireClient, WireError
+from tests.badinput.crafted import metrics_server
 from tests.fuzz.targets import load
 from tests.router.router_helpers import AUTH, engine, router
 
@@ -70,6 +72,24 @@ def test_router_refuses_an_upstream_url_it_cannot_dial() -> None:
         assert client.post("/v1/completions", json={"prompt": "a b", "max_tokens": 2}).status_code == 200
 
 
+ROUTER_TEXT = ("router_prompt_tokens_checked_total 10\nrouter_misrouted_total NaN\n"
+               'router_queue_time_seconds_bucket{le="\x000.0"} 1\nrouter_queue_time_seconds_bucket{le="+Inf"} 2\n'
+               "router_queue_time_seconds_bucket 3\n")
+
+
+def test_router_metrics_with_a_bad_bucket_bound_are_read_not_raised() -> None:
+    # fuzz (router_metrics target): le="\x000.0" raised ValueError out of parse_router_metrics (no le: KeyError)
+    async def read(url: str) -> object:
+        async with httpx.AsyncClient() as client:
+            return await read_router(client, url, timeout_s=10)
+
+    with metrics_server(lambda n: ROUTER_TEXT) as url:
+        sample = asyncio.run(read(url))
+    snap = sample.data["snapshot"]  # type: ignore[attr-defined]
+    assert snap.checked == 10.0 and snap.misrouted == 0.0  # the NaN counter is left out
+    assert snap.queue is not None and snap.queue.bounds == (float("inf"),)
+
+
 async def _answer(raw: bytes) -> tuple[int, bytes] | WireError:
     """POST through the router's WireClient to a loopback server that answers `raw` and closes."""
 
@@ -114,6 +134,7 @@ def test_wire_skips_an_interim_1xx_response() -> None:
     ("config", b'[[engines]]\nname = "hot"\nurl = "http://127.0.0.1:8[001"\n'),
     ("policy", b'{"route_threshold_tokens": 5, "upstreams": {"hot": ["http://127.0.0.1:80e$"]}}'),
     ("metrics", b'vllm:num_requests_running{engine="0"} +Inf\nvllm:kv_cache_usage_perc NaN\n'),
+    ("router_metrics", ROUTER_TEXT.encode()),
 ])
 def test_crash_inputs_pass_their_targets_now(target: str, data: bytes) -> None:
     load(target)(data)
