@@ -9,7 +9,7 @@ from tests.fuzz.mutate import mutants
 from tests.fuzz.targets import TARGETS, load, seeds
 
 # Inputs per target: the slower targets (two scrapes and a derivation; a file scan; a TOML load) get fewer.
-MUTANTS = {"metrics": 1000, "logs": 1000, "config": 1500}
+MUTANTS = {"metrics": 800, "logs": 800, "config": 800, "dcgm": 300, "router_metrics": 600}
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
