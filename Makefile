@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial
+.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial fuzz
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "serving-doctor needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -49,6 +49,13 @@ unit: $(STAMP) debian-packages
 	$(BIN)/pytest -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS))
 
 test: lint typecheck unit
+
+# Coverage-guided fuzzing (atheris) of every outside-input parser, FUZZ_SECONDS per target (tests/fuzz/run.py);
+# corpora, crash artifacts and logs in build/fuzz/, the counts in build/fuzz/summary.json. make test runs a smoke of
+# the same targets over their seeds and mutants (tests/fuzz/test_fuzz_smoke.py).
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	nice -n 10 $(BIN)/python -m tests.fuzz.run --seconds $(FUZZ_SECONDS) --json build/fuzz/summary.json
 
 # The live cron trial for its full five minutes (make test runs 150 s of it: tests/trials/test_live_cron.py).
 live-trial: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,6 +176,10 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
         for k, why in source_reasons.items():
             if values.get(k) is None:
                 reasons[k] = why
+    for name, val in values.items():  # any source: a reading that is not a finite number is bad input
+        if val is not None and not math.isfinite(val):
+            values[name] = None
+            reasons[name] = f"came out as {val!r}, not a finite number: bad input, unknown"
     for name in SIGNAL_NAMES:
         if values.get(name) is None and name not in reasons:
             reasons[name] = "no source gave it"
@@ -206,7 +211,8 @@ def describe(reading: EngineReading, signals: Signals, detection: Detection) -> 
         "engine_generation": detection.engine_generation,
         "signals": signals.to_dict(),
         "events": [e.to_dict() for e in signals.events],
-        "errors": reading.errors(),
+        "errors": reading.errors() + ([f"metrics: {signals.reasons['bad_readings']}"]
+                                      if "bad_readings" in signals.reasons else []),
     }
 
 

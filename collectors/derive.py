@@ -402,6 +402,38 @@ def _errors(d: _Deriver, finished: dict[str, float], total: float) -> None:
         d.none("error_rate", "no requests in window")
 
 
+# The canonical series a signal is derived from (for the reason of a signal left unknown by bad input).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "uptime_s": ("process_start_time",), "process_rss_bytes": ("process_rss_bytes",),
+    "process_cpu": ("process_cpu_seconds",), "qps": ("request_success",), "abort_rate": ("request_success",),
+    "prompt_tokens_per_s": ("prompt_tokens",), "generation_tokens_per_s": ("generation_tokens",),
+    "preemptions_per_s": ("preemptions",), "prefix_cache_hit_rate": ("prefix_cache_queries", "prefix_cache_hits"),
+    "running": ("running",), "waiting": ("waiting",), "kv_cache_usage": ("kv_cache_usage",),
+    "batch_utilization": ("running",), "token_budget_utilization": ("iteration_tokens",),
+    "long_prompt_share": ("prompt_len",), "very_long_prompt_share": ("prompt_len",),
+    "prefill_s_per_token": ("prefill", "prompt_len"), "itl_cv": ("itl",), "error_rate": ("http_requests",),
+    **{f"{q}_{h}_s": (h,) for q in ("p50", "p95", "p99") for h in ("e2e", "ttft", "itl", "queue", "prefill")},
+    **{f"{g}_{stat}": (g,) for g in ("running", "waiting") for stat in ("min", "max", "mean")},
+    **{f"kv_cache_usage_{stat}": ("kv_cache_usage",) for stat in ("mean", "max")},
+}
+
+
+def _bad_input(d: _Deriver) -> None:
+    """Readings the scrape rejected (not finite, out of range) leave their signals unknown with the reason; a
+    value that came out non-finite anyway (finite inputs that overflow) is unknown too."""
+    rejected = {**(d.prev.rejected if d.prev is not None else {}), **d.cur.rejected}
+    for name in METRICS_SIGNALS:
+        value = d.values.get(name)
+        if value is not None and not math.isfinite(value):
+            d.none(name, f"came out as {value!r}, not a finite number: the scrape's numbers are out of range")
+        elif value is None:
+            why = [rejected[s] for s in _SOURCES.get(name, ()) if s in rejected]
+            if why:
+                d.reasons[name] = "; ".join(why)
+    if rejected:
+        d.reasons["bad_readings"] = "; ".join(rejected[k] for k in sorted(rejected))
+
+
 @dataclass(frozen=True)
 class Derived:
     """The metrics signals of one window: values (None where unknown), reasons and caveats, and the
@@ -430,6 +462,7 @@ def derive_window(prev: MetricsSnapshot | None, cur: MetricsSnapshot, config: En
     for name in METRICS_SIGNALS:
         if name not in d.values:
             d.none(name, problem or _STATS_OFF)
+    _bad_input(d)
     if d.resets:
         if d.values.get("uptime_s") is None and d.window:
             d.reasons["uptime_s"] += f"; a counter reset shows a restart within the last {_fmt(d.window)} s"

@@ -66,6 +66,14 @@ class RouterSnapshot:
     length_limit_idle_s: float | None = None
 
 
+def _bound(raw: str | None) -> float | None:
+    """A bucket's `le` label as a number (None when missing or not a number)."""
+    try:
+        return None if raw is None else float(raw)
+    except ValueError:
+        return None
+
+
 def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
     """The router_* families of one scrape; RouterScrapeError when the text is not the router's."""
     try:
@@ -89,7 +97,7 @@ def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
     for fam in families:
         for s in fam.samples:
             name, labels, value = s.name, s.labels, float(s.value)
-            if name.endswith("_created"):
+            if name.endswith("_created") or not math.isfinite(value):  # a non-finite value is bad input: left out
                 continue
             up = labels.get("upstream", "")
             if up and "role" in labels:
@@ -101,8 +109,9 @@ def parse_router_metrics(text: str, timestamp: float) -> RouterSnapshot:
             elif name == "router_rejections_total":
                 rejections[labels.get("rule", "")] = rejections.get(labels.get("rule", ""), 0.0) + value
             elif name == "router_queue_time_seconds_bucket":
-                le = float(labels["le"])
-                buckets[le] = buckets.get(le, 0.0) + value
+                le = _bound(labels.get("le"))
+                if le is not None:
+                    buckets[le] = buckets.get(le, 0.0) + value
             elif name == "router_queue_time_seconds_sum":
                 q_sum += value
             elif name == "router_queue_time_seconds_count":

@@ -8,7 +8,10 @@ Folding rules (reference/vllm-observability.md §1.1):
 * gauges: ratio gauges (`MetricSpec.ratio`, e.g. KV usage) by maximum, never summed; count gauges
   (running, waiting) summed over `pid` and `engine` (each process or DP rank reports its own share);
   `process_start_time` by maximum (the newest process);
-* `*_created` series are ignored everywhere; `http_requests` keeps generation handlers only.
+* `*_created` series are ignored everywhere; `http_requests` keeps generation handlers only;
+* a sample value that is not a finite number (`+Inf`, `NaN`, `1e999`), a negative counter, count gauge or
+  bucket, or a ratio gauge outside 0..1 is bad input: the series is left out (a histogram whole) and
+  `MetricsSnapshot.rejected` says why (a bucket's `le="+Inf"` label is normal; only values must be finite).
 
 Whether the series carried an `engine` (or `pid`) label is kept in `info["scrape"]` (see `SCRAPE_INFO`).
 """
@@ -32,6 +35,8 @@ GENERATION_HANDLERS: frozenset[str] = frozenset(
     {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/invocations"}
 )
 _MAX_GAUGES = frozenset({"process_start_time"})
+# Gauges that count things (never negative).
+_COUNT_GAUGES = frozenset({"running", "waiting", "swapped", "process_rss_bytes", "process_start_time"})
 
 
 class ScrapeError(ValueError):
@@ -84,6 +89,14 @@ def _family_of(sample_name: str) -> str | None:
     return sample_name
 
 
+def _show(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:g}"
+
+
 def _le(raw: str | None) -> float | None:
     if raw is None:
         return None
@@ -107,6 +120,25 @@ class _Builder:
         self.pids: set[str] = set()
         self.models: set[str] = set()
         self.vllm_seen = False
+        self.rejected: dict[str, str] = {}
+        self.bad_hists: set[tuple[str, int]] = set()
+
+    def _reject(self, t: _Target, name: str, value: float, why: str) -> None:
+        shown = _show(value)
+        self.rejected.setdefault(t.canonical, f"{name} = {shown} is {why}: ignored (bad input)")
+
+    def _check(self, t: _Target, name: str, value: float) -> bool:
+        """Whether a sample value is usable; otherwise it is recorded in `rejected`."""
+        if not math.isfinite(value):
+            self._reject(t, name, value, "not a finite number")
+            return False
+        if value < 0.0 and (t.kind in ("counter", "histogram") or t.canonical in _COUNT_GAUGES):
+            self._reject(t, name, value, f"negative (a {t.kind} cannot be)")
+            return False
+        if t.spec.ratio and value > 1.0 + 1e-6:  # rounding above 1 is not bad input
+            self._reject(t, name, value, "outside 0..1 (a ratio)")
+            return False
+        return True
 
     def add(self, name: str, labels: Mapping[str, str], value: float) -> None:
         t = _TABLE.get(name)
@@ -131,6 +163,10 @@ class _Builder:
                 if model is not None:
                     self.models.add(model)
         kind = t.kind
+        if kind != "info" and not self._check(t, name, value):
+            if kind == "histogram":
+                self.bad_hists.add(key)
+            return
         if kind == "counter":
             spec = t.spec
             if spec.label is None:
@@ -183,6 +219,8 @@ class _Builder:
         gauges = {canonical: self.gauges[key] for canonical, key in self._pick(self.gauges).items()}
         histograms: dict[str, HistogramData] = {}
         for canonical, key in self._pick(self.hists).items():
+            if key in self.bad_hists:
+                continue
             hist = _histogram(self.hists[key])
             if hist is not None:
                 histograms[canonical] = hist
@@ -197,6 +235,7 @@ class _Builder:
         return MetricsSnapshot(
             timestamp=timestamp, counters=counters, gauges=gauges, histograms=histograms, info=info,
             names_seen=frozenset(self.names), units=units, stats_enabled=self.vllm_seen,
+            rejected=dict(self.rejected),
         )
 
     def _prefix_unit(self, key: tuple[str, int], docs: Mapping[str, str] | None) -> str:

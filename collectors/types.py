@@ -41,6 +41,8 @@ class MetricsSnapshot:
     names_seen: frozenset[str]  # exposed family names, for version detection
     units: Mapping[str, str] = field(default_factory=dict)  # e.g. prefix_cache_queries -> "blocks"
     stats_enabled: bool = True  # False when no vllm: engine family is exposed (--disable-log-stats)
+    # canonical name -> why its samples were left out (not finite, negative, a ratio above 1): bad input
+    rejected: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

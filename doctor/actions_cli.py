@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+from doctor.jsonout import dumps
 from doctor.secrets import add_daemon_client_args
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _said(command: str, result: str, text: str, out: TextIO, err: TextIO) -> int
 
 def _print_actions(pending: list[ActionRecord], recent: list[ActionRecord], fmt: str, out: TextIO) -> int:
     if fmt == "json":
-        json.dump({"pending": [r.report() for r in pending], "recent": [r.report() for r in recent]}, out, indent=2)
+        out.write(dumps({"pending": [r.report() for r in pending], "recent": [r.report() for r in recent]}, indent=2))
         out.write("\n")
         return EXIT_OK
     print(f"pending ({len(pending)}):", file=out)

@@ -45,6 +45,10 @@ ENGINE_ARGS: tuple[str, ...] = ("max_num_seqs", "max_num_batched_tokens", "max_m
 # engine's key set, except tensor_parallel_size (1); {gpus} is "0,1" (for CUDA_VISIBLE_DEVICES).
 LAUNCHER_FIELDS: tuple[str, ...] = ("name", "host", "port", "url", "gpus", "state_dir", "log",
                                     *ENGINE_ARGS, "gpu_memory_utilization")
+# Range ceilings (beyond them a value is a typo): tokens (the longest context windows are ~10M), GPUs per pool.
+MAX_TOKENS = 100_000_000
+MAX_GPUS = 1024
+HOUR_S, DAY_S = 3600.0, 86400.0
 DAYS: tuple[str, ...] = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HHMM = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
@@ -275,8 +279,8 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
     root.only(TOP_KEYS)
     d = root.sub("doctor")
     d.only(DOCTOR_KEYS)
-    long_tokens = cast(int, d.integer("long_prompt_tokens", 5120, minimum=1))
-    very_long = cast(int, d.integer("very_long_prompt_tokens", 8192, minimum=1))
+    long_tokens = cast(int, d.integer("long_prompt_tokens", 5120, minimum=1, maximum=MAX_TOKENS))
+    very_long = cast(int, d.integer("very_long_prompt_tokens", 8192, minimum=1, maximum=MAX_TOKENS))
     if very_long < long_tokens:
         raise d.error("very_long_prompt_tokens", f"must be >= long_prompt_tokens ({long_tokens}), got {very_long}")
     state_dir = d.string("state_dir")
@@ -298,7 +302,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
                                         t.duration("for_s", positive=False))
     tp = root.sub("templates")
     tp.only(("prompts", "variations", "engines"))
-    templates = Templates(tp.strings("prompts"), cast(int, tp.integer("variations", 1, minimum=1)),
+    templates = Templates(tp.strings("prompts"), cast(int, tp.integer("variations", 1, minimum=1, maximum=1000)),
                           tp.strings("engines"))
     for i, name in enumerate(templates.engines):
         if name not in names:
@@ -318,26 +322,29 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
             "gpu_pool"))
     bounds = Bounds(cast(int, b.integer("batch_timeout_min_ms", 50, minimum=1, maximum=10_000)),
                     cast(int, b.integer("batch_timeout_max_ms", 200, minimum=1, maximum=10_000)),
-                    b.integer("length_limit_max_tokens", minimum=1), b.integer("tensor_parallel_max", minimum=1),
-                    b.integers("gpu_pool"))
+                    b.integer("length_limit_max_tokens", minimum=1, maximum=MAX_TOKENS),
+                    b.integer("tensor_parallel_max", minimum=1, maximum=MAX_GPUS),
+                    b.integers("gpu_pool", maximum=MAX_GPUS - 1))
     if bounds.batch_timeout_min_ms > bounds.batch_timeout_max_ms:
         raise b.error("batch_timeout_min_ms", f"must be <= batch_timeout_max_ms ({bounds.batch_timeout_max_ms}), "
                                               f"got {bounds.batch_timeout_min_ms}")
     return DoctorConfig(
         path=path, state_dir=_file(state_dir, path),
         mode=cast(Mode, d.string("mode", "observe", choices=MODES)),
-        timeout_s=cast(float, d.duration("timeout_s", 30.0)), sample_s=cast(float, d.duration("sample_s", 5.0)),
+        timeout_s=cast(float, d.duration("timeout_s", 30.0, maximum=DAY_S)),
+        sample_s=cast(float, d.duration("sample_s", 5.0, maximum=HOUR_S)),
         window_s=cast(float, d.duration("window_s", 60.0)),
         min_requests=cast(int, d.integer("min_requests", 10, minimum=1, maximum=100_000)),
-        request_timeout_s=cast(float, d.duration("request_timeout_s", 5.0)),
-        verify_s=cast(float, d.duration("verify_s", 120.0)),
+        request_timeout_s=cast(float, d.duration("request_timeout_s", 5.0, maximum=HOUR_S)),
+        verify_s=cast(float, d.duration("verify_s", 120.0, maximum=DAY_S)),
         long_prompt_tokens=long_tokens, very_long_prompt_tokens=very_long,
         kill_switch_file=_file(kill, path),
-        hourly_action_budget=cast(int, d.integer("hourly_action_budget", 6, minimum=0)),
+        hourly_action_budget=cast(int, d.integer("hourly_action_budget", 6, minimum=0, maximum=1000)),
         fleet_breaker_ratio=cast(float, d.ratio("fleet_breaker_ratio", 0.5)),
         cooldown_s=cast(float, d.duration("cooldown_s", 900.0, positive=False)),
         length_limit_lift_after_s=cast(float, d.duration("length_limit_lift_after_s", 600.0, positive=False)),
-        length_limit_lift_max_refusals=cast(int, d.integer("length_limit_lift_max_refusals", 3, minimum=0)),
+        length_limit_lift_max_refusals=cast(int, d.integer("length_limit_lift_max_refusals", 3, minimum=0,
+                                                           maximum=1_000_000)),
         engines=engines, thresholds=thresholds, playbooks=playbooks, templates=templates, router=router,
         prometheus_url=prom.url("url"),
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
@@ -370,11 +377,12 @@ def _engine(t: Table, path: Path | None) -> EngineConfig:
         enabled[pid] = sub.boolean("enabled", True)
     eng = EngineConfig(
         name=name, url=cast(str, t.url("url", required=True)), role=cast(Role | None, role), log=log,
-        log_command=log_command, gpus=t.integers("gpus"), dcgm=t.url("dcgm"), selector=t.string("selector"),
-        launcher=t.string("launcher"), max_num_seqs=t.integer("max_num_seqs", minimum=1),
-        max_num_batched_tokens=t.integer("max_num_batched_tokens", minimum=1),
-        max_model_len=t.integer("max_model_len", minimum=1),
-        tensor_parallel_size=t.integer("tensor_parallel_size", minimum=1), gpu_memory_utilization=gmu,
+        log_command=log_command, gpus=t.integers("gpus", maximum=MAX_GPUS - 1), dcgm=t.url("dcgm"),
+        selector=t.string("selector"),
+        launcher=t.string("launcher"), max_num_seqs=t.integer("max_num_seqs", minimum=1, maximum=1_000_000),
+        max_num_batched_tokens=t.integer("max_num_batched_tokens", minimum=1, maximum=MAX_TOKENS),
+        max_model_len=t.integer("max_model_len", minimum=1, maximum=MAX_TOKENS),
+        tensor_parallel_size=t.integer("tensor_parallel_size", minimum=1, maximum=MAX_GPUS), gpu_memory_utilization=gmu,
         slo=slo, thresholds=_thresholds(t.sub("thresholds")), playbooks=enabled)
     if eng.launcher:
         _check_launcher(t, eng)
@@ -438,8 +446,9 @@ def _thresholds(t: Table) -> dict[str, dict[str, float]]:
 
 
 def _param(t: Table, key: str, value: Any, default: float) -> float:
-    """A threshold: a number (a duration for `*_s`), 0..1 for ratios, never negative unless the default is."""
-    if key.endswith("_s") and not key.endswith("_per_s") and isinstance(value, str):
+    """A threshold: a number (a duration for `*_s`, up to 30 days), 0..1 for ratios, never negative unless the
+    default is."""
+    if key.endswith("_s") and not key.endswith("_per_s") and (isinstance(value, str) or default >= 0):
         return check_duration(t, key, value, positive=False)
     if key.endswith(("_ratio", "_share", "_rate")) and 0 <= default <= 1:
         return check_number(t, key, value, 0.0, 1.0)

@@ -16,10 +16,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from doctor.durations import DurationError, parse_duration
+from doctor.durations import DurationError, format_duration, parse_duration
 
 KeyPath = tuple[str | int, ...]
 _BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+# Ceilings for keys that name none of their own: beyond these a value is a typo (10^29), not a setting.
+MAX_DURATION_S = 30 * 86400.0  # 30 days
+MAX_INTEGER = 2**53  # the largest whole number JSON readers keep exactly
+MAX_NUMBER = 1e15
 
 
 class ConfigError(ValueError):
@@ -194,6 +198,9 @@ def parse_toml(path: Path) -> tuple[dict[str, Any], Checker]:
         raise ConfigError(name, "", f"cannot read it: {e.strerror or e}") from None
     try:
         doc = tomllib.loads(text)
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ConfigError(name, "", "arrays or inline tables are nested too deeply to read (a config needs a "
+                                    "few levels, not hundreds)") from None
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
         line = getattr(e, "lineno", None)
@@ -275,7 +282,7 @@ class Table:
         return value
 
     def integer(self, key: str, default: int | None = None, *, minimum: int | None = None,
-                maximum: int | None = None) -> int | None:
+                maximum: int | None = MAX_INTEGER) -> int | None:
         value = self._get(key, False)
         if value is _MISSING:
             return default
@@ -286,7 +293,7 @@ class Table:
         return value
 
     def number(self, key: str, default: float | None = None, *, minimum: float | None = None,
-               maximum: float | None = None) -> float | None:
+               maximum: float | None = MAX_NUMBER) -> float | None:
         value = self._get(key, False)
         if value is _MISSING:
             return default
@@ -300,11 +307,12 @@ class Table:
             raise self.error(key, f"expected a number between 0 and 1 (a ratio: 0.5 is half), got {describe(value)}")
         return float(value)
 
-    def duration(self, key: str, default: float | None = None, *, positive: bool = True) -> float | None:
+    def duration(self, key: str, default: float | None = None, *, positive: bool = True,
+                 maximum: float = MAX_DURATION_S) -> float | None:
         value = self._get(key, False)
         if value is _MISSING:
             return default
-        return check_duration(self, key, value, positive)
+        return check_duration(self, key, value, positive, maximum)
 
     def url(self, key: str, *, required: bool = False) -> str | None:
         value = self._get(key, required)
@@ -325,32 +333,37 @@ class Table:
             raise self.error(key, "expected at least one string, got an empty list")
         return tuple(value)
 
-    def integers(self, key: str, *, minimum: int = 0) -> tuple[int, ...]:
+    def integers(self, key: str, *, minimum: int = 0, maximum: int = 1 << 16) -> tuple[int, ...]:
         value = self._get(key, False)
         if value is _MISSING:
             return ()
         if not isinstance(value, list):
             raise self.error(key, f"expected a list of whole numbers like [0, 1], got {describe(value)}")
         for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, int) or item < minimum:
-                raise self.error(key, f"item {i}: expected a whole number >= {minimum}, got {describe(item)}")
+            if isinstance(item, bool) or not isinstance(item, int) or not minimum <= item <= maximum:
+                raise self.error(key, f"item {i}: expected a whole number between {minimum} and {maximum}, "
+                                      f"got {describe(item)}")
         if len(set(value)) != len(value):
             raise self.error(key, f"lists the same value twice: {value}")
         return tuple(value)
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
+
+
 def _range(minimum: float | None, maximum: float | None) -> str:
     if minimum is not None and maximum is not None:
-        return f" between {minimum:g} and {maximum:g}"
+        return f" between {_num(minimum)} and {_num(maximum)}"
     if minimum is not None:
-        return f" >= {minimum:g}"
+        return f" >= {_num(minimum)}"
     if maximum is not None:
-        return f" <= {maximum:g}"
+        return f" <= {_num(maximum)}"
     return ""
 
 
 def check_number(table: Table, key: str, value: Any, minimum: float | None = None,
-                 maximum: float | None = None) -> float:
+                 maximum: float | None = MAX_NUMBER) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise table.error(key, f"expected a number{_range(minimum, maximum)}, got {describe(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
@@ -358,8 +371,9 @@ def check_number(table: Table, key: str, value: Any, minimum: float | None = Non
     return float(value)
 
 
-def check_duration(table: Table, key: str, value: Any, positive: bool = True) -> float:
-    """Seconds, or a string like "500ms", "5m", "1h30m"."""
+def check_duration(table: Table, key: str, value: Any, positive: bool = True,
+                   maximum: float = MAX_DURATION_S) -> float:
+    """Seconds, or a string like "500ms", "5m", "1h30m", at most `maximum` seconds."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise table.error(key, f"expected a duration in seconds or like \"5m\", got {describe(value)}")
     if isinstance(value, float) and not math.isfinite(value):
@@ -370,6 +384,9 @@ def check_duration(table: Table, key: str, value: Any, positive: bool = True) ->
         raise table.error(key, str(e)) from None
     if positive and seconds <= 0:
         raise table.error(key, f"expected a duration above zero, got {describe(value)}")
+    if not seconds <= maximum:
+        raise table.error(key, f"expected a duration {'above' if positive else 'from'} 0 up to "
+                               f"{format_duration(maximum)} ({maximum:g} s), got {describe(value)}")
     return seconds
 
 
@@ -377,7 +394,10 @@ def check_url(table: Table, key: str | int, value: Any) -> str:
     """http(s)://HOST[:PORT][/path], returned without a trailing slash."""
     if not isinstance(value, str):
         raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}")
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # "Invalid IPv6 URL": an unbalanced [ or ]
+        raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise table.error(key, f"expected a URL like http://HOST:PORT, got {describe(value)}")
     try:

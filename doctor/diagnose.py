@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -221,8 +221,12 @@ def exit_code(report: dict[str, Any], fail_on: str) -> int:
     return EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Entry point of `doctor diagnose`."""
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None,
+         hard_deadline: bool | None = None) -> int:
+    """Entry point of `doctor diagnose`. `hard_deadline` (default: when writing to the process's own stdout, as
+    the CLI does): past --timeout plus a grace, a watchdog thread ends the process with exit 3 whatever blocks."""
+    if hard_deadline is None:
+        hard_deadline = out is None
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -230,10 +234,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     except UsageError as exc:
         print(exc, file=err)
         return EXIT_UNUSABLE
+    from doctor.deadline import Watchdog, grace_s, hard_exit
     from doctor.state import LockHeld, StateDir, default_state_dir
 
+    grace = grace_s(opts.timeout_s)
+    fire = hard_exit(err, f"doctor diagnose: gave up after --timeout {opts.timeout_s:g}s (hard deadline: the run "
+                          f"was still blocked {grace:g}s later, so it was stopped; the lock is released)")
     try:
-        with StateDir(opts.state_dir or default_state_dir()).lock("diagnose"):
+        with contextlib.ExitStack() as stack:
+            if hard_deadline:
+                stack.enter_context(Watchdog(opts.timeout_s + grace, fire))
+            stack.enter_context(StateDir(opts.state_dir or default_state_dir()).lock("diagnose"))
             report = asyncio.run(asyncio.wait_for(collect(opts), timeout=opts.timeout_s))
     except LockHeld as exc:
         print(f"doctor diagnose: another run is in progress ({exc}); not starting a second one", file=err)
@@ -248,7 +259,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
 
     report = REDACT.strings(report)  # URLs with user:password, tokens in error texts
     if opts.fmt == "json":
-        json.dump(report, out, indent=2)
+        from doctor.jsonout import dumps
+
+        out.write(dumps(report, indent=2))
         out.write("\n")
     else:
         from doctor.report_text import render_text

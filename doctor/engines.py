@@ -58,7 +58,10 @@ def _pairs(values: list[str], flag: str) -> dict[str, str]:
 
 
 def _check_url(name: str, url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # "Invalid IPv6 URL": an unbalanced [ or ]
+        raise EngineSpecError(f"--engine {name}={url}: the URL must look like http://HOST:PORT") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EngineSpecError(f"--engine {name}={url}: the URL must look like http://HOST:PORT")
     try:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from doctor.jsonout import dumps
 from doctor.rules import load_playbooks, runbook_fragment
 from doctor.rules_table import duration, num
 from playbooks.base import Playbook
@@ -134,7 +134,7 @@ def render_text(playbooks: Mapping[str, Playbook], missing: Sequence[str]) -> st
 def render_json(playbooks: Mapping[str, Playbook], missing: Sequence[str]) -> str:
     doc = {"playbooks": [describe(pb) for pb in playbooks.values()], "missing": list(missing),
            "action_kinds": dict(ACTION_KINDS)}
-    return json.dumps(doc, indent=2) + "\n"
+    return dumps(doc, indent=2) + "\n"
 
 
 FOR_EXPLAINED = (

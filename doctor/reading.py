@@ -229,8 +229,8 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         from collectors.host import LocalProcessFinder
 
         finder = opts.process_finder or LocalProcessFinder()
-        for e in local if opts.process_finder is None else ():
-            finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
+        for e in local if opts.process_finder is None else ():  # first CPU reading; the second gives the rate
+            await asyncio.to_thread(finder.read, urlsplit(e.url).port or 80)  # psutil reads /proc: off the loop
     router_samples: list[Sample] = []
     memory: ReadMemory | None = opts.memory
     once = memory is not None and _all_fresh(opts, store, started, memory.fresh_s)
@@ -277,7 +277,7 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         if finder is not None and _is_local(ref.url):
             from collectors.host import local_process_signals
 
-            host = finder.read(urlsplit(ref.url).port or 80)
+            host = await asyncio.to_thread(finder.read, urlsplit(ref.url).port or 80)
             reading.host_values, reading.host_reasons = local_process_signals(host)
     out = []
     for ref in opts.engines:

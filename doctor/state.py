@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.jsonfile import open_private, private_dir
+from doctor.jsonout import dumps
 
 
 def default_state_dir() -> Path:
@@ -75,5 +76,5 @@ class StateDir:
         path = self.file(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(data, sort_keys=True))
+            handle.write(dumps(data, sort_keys=True))
         tmp.replace(path)

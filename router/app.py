@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import time
@@ -23,7 +22,7 @@ from router.admission import Admission
 from router.config import RouterConfig
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
-from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, parse_versioned
+from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, load_document, parse_versioned
 from router.proxy import PROXY_PATHS, Proxy
 from router.secrets import bearer_matches, load_token
 from router.store import PolicyStore
@@ -243,9 +242,9 @@ class Router:
             if len(raw) > POLICY_BODY_MAX:
                 return _error(413, f"policy document over {POLICY_BODY_MAX} bytes", "RequestTooLarge")
         try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error(400, f"invalid JSON: {exc}", "BadRequestError")
+            doc = load_document(raw)
+        except PolicyError as exc:
+            return _error(400, str(exc), "BadRequestError")
         source = f"PUT from {request.client.host if request.client else '?'}"
         try:
             entry = await self.apply_policy(doc, source)

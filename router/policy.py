@@ -14,9 +14,11 @@ whole document; `version`, when given, must match the current one):
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 ROLES: tuple[str, str] = ("hot", "cold")
 STATES = ("active", "draining", "stopped")
@@ -34,6 +36,14 @@ class PolicyError(ValueError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+def load_document(raw: bytes) -> Any:
+    """A PUT body as JSON, or PolicyError (400) naming what is wrong (nesting too deep included)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise PolicyError(f"invalid JSON: {'nested too deeply' if isinstance(exc, RecursionError) else exc}") from None
 
 
 @dataclass(frozen=True)
@@ -137,6 +147,15 @@ def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
+def _dialable(url: str) -> bool:
+    """Whether the router can dial the URL: it splits (no unbalanced [ ]), has a host, and a port if any is valid."""
+    try:
+        parts = urlsplit(url)
+        return bool(parts.hostname) and parts.port != 0
+    except ValueError:  # "Invalid IPv6 URL", "Port could not be cast", "Port out of range"
+        return False
+
+
 def _upstreams(doc: Mapping[str, Any], default_mif: int) -> dict[str, tuple[UpstreamSpec, ...]]:
     raw = doc.get("upstreams")
     if not isinstance(raw, dict):
@@ -161,8 +180,9 @@ def _upstreams(doc: Mapping[str, Any], default_mif: int) -> dict[str, tuple[Upst
             if extra:
                 raise PolicyError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
             url = item.get("url")
-            if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-                raise PolicyError(f"{where}.url: expected an http:// or https:// URL, got {url!r}")
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not _dialable(url):
+                raise PolicyError(f"{where}.url: expected an http:// or https:// URL with a host (and a port "
+                                  f"1..65535 if any), got {url!r}")
             name = item.get("name", role if i == 0 else f"{role}-{i + 1}")
             if not isinstance(name, str) or not name or len(name) > 100:
                 raise PolicyError(f"{where}.name: expected a non-empty string, got {name!r}")

@@ -18,7 +18,7 @@ from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import Policy
 from router.release import NoUpstream, QueueFull
-from router.tokens import BadPrompt, TokenCounter, extract
+from router.tokens import BadPrompt, TokenCounter, parse_body
 from router.upstreams import Upstream, other
 from router.wire import ConnectFailed, Response, WireClient, WireError, WireTimeout
 
@@ -130,12 +130,7 @@ class Proxy:
                                       f"request body too large: {body} bytes or more; the limit is {limit} bytes",
                                       "RequestTooLarge", limit_bytes=limit), "none"
         try:
-            doc = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return await self._reject(send, 400, "bad_request", f"invalid JSON in the request body: {exc}",
-                                      "BadRequestError"), "none"
-        try:
-            prompt = extract(kind, doc)
+            doc, prompt = parse_body(kind, body)
         except BadPrompt as exc:
             return await self._reject(send, 400, "bad_request", str(exc), "BadRequestError"), "none"
         model = doc.get("model")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +61,18 @@ def extract(kind: str, body: Any) -> Prompt:
         if all(isinstance(p, list) for p in prompt):
             return Prompt("completions", ids=max(len(p) for p in prompt))
     raise BadPrompt("'prompt' must be a string, a list of strings, or a list of token ids")
+
+
+def parse_body(kind: str, body: bytes) -> tuple[dict[str, Any], Prompt]:
+    """A request body as JSON and its prompt, or BadPrompt naming what is wrong (HTTP 400); JSON nested too
+    deeply for the decoder is bad input too, never a RecursionError."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise BadPrompt(f"invalid JSON in the request body: {why}") from None
+    prompt = extract(kind, doc)
+    return doc, prompt
 
 
 class TokenCounter(Protocol):

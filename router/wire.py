@@ -64,6 +64,7 @@ class _Conn(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.until_eof = True  # neither content-length nor chunked: the body ends when the engine closes
+        self.interim = False  # inside a 1xx response, which precedes the real one
         self.error: WireError | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
         self.buffered = 0
@@ -113,7 +114,17 @@ class _Conn(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         if self.unasked:
             return
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # an interim response (100 Continue): the real one follows on the same bytes
+            self.interim = True
+            self.headers.clear()
+            self.until_eof = True
+            return
+        if not 200 <= status <= 599:
+            self._fail(WireError(f"malformed HTTP response: status {status} is not 200..599"))
+            self.abort()
+            return
+        self.status = status
         self.head_done = True
         self._wake()
 
@@ -128,7 +139,10 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def on_message_complete(self) -> None:
-        if self.unasked:
+        if self.unasked or self.error is not None:
+            return
+        if self.interim:
+            self.interim = False
             return
         self.keep_alive = self.parser.should_keep_alive()  # only meaningful inside the callback
         self.complete = True

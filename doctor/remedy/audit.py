@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.jsonfile import open_private, private_dir
+from doctor.jsonout import dumps
 from doctor.remedy.model import ActionRecord
 from doctor.secrets import REDACTED, Redactor, secret_key
 
@@ -68,7 +69,7 @@ class AuditLog:
 
     def _append(self, line: dict[str, Any]) -> dict[str, Any]:
         clean: dict[str, Any] = self.redact(line)
-        data = (json.dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
+        data = (dumps(clean, sort_keys=True, default=str) + "\n").encode("utf-8")
         private_dir(self.path.parent)
         fd = open_private(self.path, os.O_WRONLY | os.O_APPEND)
         try:

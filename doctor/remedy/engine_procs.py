@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import psutil
 
 from collectors.jsonfile import open_private, private_dir
+from doctor.jsonout import dumps
 from doctor.remedy.model import ActuatorError, LaunchedEngine
 from doctor.secrets import redact_command
 
@@ -122,7 +123,7 @@ class EngineProcesses:
         private_dir(self.dir)
         pid_file, meta = self._files(rec.key)
         tmp = meta.with_suffix(".tmp")
-        _write_private(tmp, json.dumps(asdict(rec), sort_keys=True))  # the command line may hold an --api-key
+        _write_private(tmp, dumps(asdict(rec), sort_keys=True))  # the command line may hold an --api-key
         tmp.replace(meta)
         _write_private(pid_file, f"{rec.pid}\n")
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from collectors.jsonfile import open_private
+from doctor.jsonout import dumps
 from doctor.remedy.model import ActionRecord, Status
 from doctor.state import StateDir
 
@@ -142,7 +143,7 @@ class Journal:
         return state
 
     def _append(self, entry: Mapping[str, Any]) -> None:
-        line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
+        line = (dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
         path = self.path
         created = not path.exists()
         fd = open_private(path, os.O_WRONLY | os.O_APPEND)
@@ -232,7 +233,7 @@ def _apply(state: JournalState, entry: Any) -> None:
 
 
 def _line(entry: Mapping[str, Any]) -> bytes:
-    return (json.dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
+    return (dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
 
 
 def last_byte(path: Path, size: int) -> bytes:

@@ -77,6 +77,8 @@ def parse(body: bytes) -> Message:
         raise PayloadError("the body is not UTF-8 text") from None
     except ValueError as exc:
         raise PayloadError(f"the body is not JSON ({exc})") from None
+    except RecursionError:  # the decoder recurses per nested array or object
+        raise PayloadError("the body is JSON nested too deeply to read") from None
     if not isinstance(doc, dict):
         raise PayloadError(f"expected a JSON object, got {type(doc).__name__}")
     version = doc.get("version")

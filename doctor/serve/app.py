@@ -14,9 +14,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse as _StarletteJSON
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from doctor.jsonout import dumps
 from doctor.remedy.audit import AuditLog
 from doctor.remedy.decisions import COMMANDS, decide
 from doctor.remedy.executor import Remediator
@@ -30,6 +32,13 @@ from doctor.serve.view import actions_doc, state_doc
 METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 CODES = {"ok": 200, "refused": 409, "unknown": 404}
 DECISION_BODY_MAX = 64 * 1024
+
+
+class JSONResponse(_StarletteJSON):
+    """Strict JSON bodies: a non-finite float is written as null instead of failing the request."""
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 class TooLarge(Exception):

@@ -7,11 +7,12 @@ so a stuck client never holds the daemon's memory.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+
+from doctor.jsonout import dumps
 
 log = logging.getLogger("doctor.serve")
 QUEUE_KEEP = 100
@@ -71,6 +72,6 @@ class EventHub:
                 except TimeoutError:
                     yield ": keep-alive\n\n"
                     continue
-                yield f"event: {kind}\nid: {data['seq']}\ndata: {json.dumps(data, default=str)}\n\n"
+                yield f"event: {kind}\nid: {data['seq']}\ndata: {dumps(data, default=str)}\n\n"
         finally:
             self._subscribers.discard(q)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.jsonfile import open_private, private_dir
+from doctor.jsonout import dumps
 from doctor.remedy.journal import fsync_dir as _fsync_dir
 from doctor.remedy.journal import last_byte as _last_byte
 from doctor.serve.alerts import Alert
@@ -181,4 +182,4 @@ class Inbox:
 
 
 def _line(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, sort_keys=True) + "\n").encode("utf-8")
+    return (dumps(entry, sort_keys=True) + "\n").encode("utf-8")

@@ -156,7 +156,7 @@ def test_unknown_nested_key_suggests(tmp_path: Path) -> None:
 def test_wrong_type(tmp_path: Path) -> None:
     err = error(tmp_path, BASE.replace('name = "cold"', 'name = "cold"\nmax_num_seqs = "8"'))
     assert err.key == "engines[1].max_num_seqs" and err.line == 7
-    assert 'expected a whole number >= 1, got "8" (a string)' in str(err)
+    assert 'expected a whole number between 1 and 1000000, got "8" (a string)' in str(err)
     err = error(tmp_path, "[doctor]\nlong_prompt_tokens = 5120.5\n")
     assert err.key == "doctor.long_prompt_tokens" and "(a number)" in str(err)
     err = error(tmp_path, "doctor = 3\n")

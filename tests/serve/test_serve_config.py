@@ -34,7 +34,7 @@ def test_keys_are_read_with_paths_relative_to_the_config(tmp_path: Path) -> None
     ('[serve]\nlisten = "0.0.0.0:9361"\n', "serve.listen: 0.0.0.0:9361 is reachable from other hosts"),
     ('[serve]\n\nintervall_s = 3\n', "doctor.toml:3: serve.intervall_s: unknown key 'intervall_s'; did you mean "
                                      "'interval_s'?"),
-    ('[serve]\nqueue_size = 0\n', "serve.queue_size: expected a whole number between 1 and 1e+06"),
+    ('[serve]\nqueue_size = 0\n', "serve.queue_size: expected a whole number between 1 and 1000000"),
     ('[serve]\nbasic_auth_user = "am"\n', "basic auth needs both"),
     ('[serve.alert_playbooks]\nX = "kv_presure"\n', "serve.alert_playbooks.X: expected a playbook id, got "
                                                    '"kv_presure" (a string); did you mean \'kv_pressure\'?'),
