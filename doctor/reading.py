@@ -199,10 +199,16 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
         for e in local:
             finder.read(urlsplit(e.url).port or 80)  # first CPU reading; the second gives the rate
     router_samples: list[Sample] = []
-    if opts.since_s is not None and opts.prometheus:
-        await _read_prometheus(opts, readings, clock=clock)
+    down = await _read_prometheus(opts, readings, clock=clock) if opts.since_s is not None and opts.prometheus \
+        else None
+    if down is None and opts.since_s is not None and opts.prometheus:
         window = opts.since_s
     else:
+        if down is not None:  # Prometheus is down: the engines are read directly instead, and each says so
+            readings = {e.name: EngineReading(e.name, e.role, e.url, config=_config_view(e)) for e in opts.engines}
+            for reading in readings.values():
+                reading.errors_extra.append(f"prometheus: {down}; fell back to reading the engine directly over "
+                                            f"{opts.sample_s:g}s instead of {opts.since_s:g}s of history")
         limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
         async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport,
                                      verify=tls_context()) as client:
@@ -261,9 +267,10 @@ def _config_view(ref: EngineRef) -> EngineConfigView:
 
 
 async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
-                           clock: Callable[[], float]) -> None:
-    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes)."""
-    from collectors.promsource import PrometheusError, PrometheusSource
+                           clock: Callable[[], float]) -> str | None:
+    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes). Returns why,
+    when Prometheus itself does not answer (the caller reads the engines directly instead)."""
+    from collectors.promsource import PrometheusError, PrometheusSource, PrometheusUnreachable
     from collectors.types import Sample
 
     assert opts.prometheus is not None and opts.since_s is not None
@@ -274,6 +281,8 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
         for t in (now - opts.since_s, now):
             try:
                 snap = await asyncio.to_thread(source.snapshot_at, ref.promql_selector, t)
+            except PrometheusUnreachable as exc:
+                return str(exc)
             except PrometheusError as exc:
                 reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
                 continue
@@ -284,3 +293,4 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
             for read in (read_health, read_version, read_models):
                 reading.samples.append(await read(client, ref.name, ref.url, timeout_s=opts.request_timeout_s,
                                                   clock=clock))
+    return None
