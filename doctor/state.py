@@ -68,5 +68,10 @@ class StateDir:
     def save_json(self, name: str, data: Any) -> None:
         path = self.file(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
-        tmp.replace(path)
+        try:
+            tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+            tmp.replace(path)
+        except OSError:  # a full or read-only file system: the document stays as it was, no stray copy left
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from doctor.remedy.journal import write_all
 from doctor.remedy.model import ActionRecord
 
 REDACTED = "[redacted]"
@@ -122,7 +123,7 @@ class AuditLog:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                os.write(fd, data)
+                write_all(fd, data, os.fstat(fd).st_size)
                 os.fsync(fd)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
