@@ -42,3 +42,12 @@ def start_diagnose(args: Sequence[str], *, env: Mapping[str, str] | None = None)
 def finish(proc: subprocess.Popen[str], timeout_s: float = 120) -> Done:
     out, err = proc.communicate(timeout=timeout_s)
     return Done(proc.returncode, json.loads(out) if out.strip() else None, err)
+
+
+def engine_on(port: int, argv: Sequence[str], *, gpu: int, ledger: str) -> subprocess.Popen[bytes]:
+    """A sim engine process on a given port (a restart keeps its address), as trials.live.spawn_engine starts them;
+    the caller waits for /health."""
+    return subprocess.Popen([sys.executable, "-m", "doctor.cli", "sim", "engine", *argv, "--port", str(port),
+                             "--host", "127.0.0.1", "--gpu-ledger", ledger], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": str(gpu)})

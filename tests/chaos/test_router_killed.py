@@ -55,17 +55,16 @@ def test_router_killed_mid_stream(tmp_path: Path, outcome: Record) -> None:
         args += ["--engine", f"hot={eng['hot'].url}", "--engine", f"cold={eng['cold'].url}"]
         with router_process(eng["hot"].url, eng["cold"].url, port, tmp_path) as proc:
             chunks: list[str] = []
+            ask = {"model": "m", "prompt": "a " * 50, "max_tokens": 5000, "stream": True, "ignore_eos": True}
             with httpx.Client(timeout=httpx.Timeout(60.0), trust_env=False) as client, pytest.raises(
-                    (httpx.RemoteProtocolError, httpx.ReadError)) as broke:
-                with client.stream("POST", url + "/v1/completions",
-                                   json={"model": "m", "prompt": "a " * 50, "max_tokens": 5000, "stream": True,
-                                         "ignore_eos": True}) as r:
-                    assert r.status_code == 200
-                    for line in r.iter_lines():
-                        chunks.append(line)
-                        if len(chunks) == 5:
-                            assert _running(eng["hot"].url) >= 1
-                            proc.kill()  # SIGKILL, mid-stream
+                    (httpx.RemoteProtocolError, httpx.ReadError)) as broke, \
+                    client.stream("POST", url + "/v1/completions", json=ask) as r:
+                assert r.status_code == 200
+                for line in r.iter_lines():
+                    chunks.append(line)
+                    if len(chunks) == 5:
+                        assert _running(eng["hot"].url) >= 1
+                        proc.kill()  # SIGKILL, mid-stream
             assert "data: [DONE]" not in chunks  # the client knows the answer is incomplete
             with pytest.raises(httpx.ConnectError):
                 httpx.get(url + "/health", timeout=5, trust_env=False)
