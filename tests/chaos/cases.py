@@ -107,6 +107,11 @@ GUARANTEES: tuple[Guarantee, ...] = (
         C + "test_clock.py::test_cooldown_and_budget_survive_a_clock_jumping_back",
         C + "test_clock.py::test_for_duration_after_a_clock_jump",
         C + "test_clock.py::test_approval_expiry_after_a_clock_jump")),
+    Guarantee("honest-account", "this page is rendered from the results: a row whose tests failed or did not run "
+              "says NOT HELD, a fuzz crash fails it, fuzzing not run says so", (
+        C + "test_reliability_report.py::test_a_failed_or_missing_test_is_not_held_and_a_crash_fails",
+        C + "test_reliability_report.py::test_a_recorded_outcome_other_than_the_expected_one_is_not_held",
+        C + "test_reliability_report.py::test_every_named_test_exists")),
 )
 
 
@@ -118,7 +123,7 @@ def registry() -> dict[str, Any]:
 def all_tests() -> list[str]:
     """Every node id the account names, once each, in order."""
     seen: dict[str, None] = {}
-    for row in (*FAULTS, *GUARANTEES):
-        for t in row.tests:
+    for tests in [f.tests for f in FAULTS] + [g.tests for g in GUARANTEES]:
+        for t in tests:
             seen.setdefault(t, None)
     return list(seen)

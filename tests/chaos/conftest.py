@@ -22,7 +22,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("SERVING_DOCTOR_RELIABILITY") == "1":
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         (drop if item.get_closest_marker("reliability") and "tests/chaos/" in item.nodeid else keep).append(item)
     if drop:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -205,7 +206,7 @@ def test_restart_with_counter_reset_and_new_buckets(tmp_path: Path, outcome: Rec
     args = ["--engine", f"hot={url}", "--sample", "1s", "--window", "2m", "--state-dir", str(tmp_path / "state")]
     ledger = str(tmp_path / "gpus.json")
 
-    def start(max_model_len: str) -> object:
+    def start(max_model_len: str) -> subprocess.Popen[bytes]:
         proc = engine_on(port, [*ENGINE, "--max-num-seqs", "8", "--max-model-len", max_model_len], gpu=0,
                          ledger=ledger)
         wait_for("the engine", lambda: proc.poll() is None and httpx.get(

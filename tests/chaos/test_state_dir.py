@@ -13,7 +13,7 @@ import pytest
 
 from tests.chaos.conftest import Record
 from tests.chaos.fs import fill, remount, small_tmpfs
-from tests.chaos.procs import diagnose
+from tests.chaos.procs import Done, diagnose
 from tests.serve.payloads import alert, body
 from tests.serve.stack import (
     ROUTER_TOKEN,
@@ -57,6 +57,11 @@ def _begun(state: Path) -> list[dict]:
     return [json.loads(x) for x in lines if x.strip() and json.loads(x)["op"] == "begin"]
 
 
+def _said(run: Done) -> str:
+    """The doctor's last word on stderr, without the path it names."""
+    return run.err.strip().splitlines()[-1].split(": '", 1)[0]
+
+
 def _acts_once_fixed(config: Path, state: Path, router_url: str) -> None:
     again = diagnose(["--config", str(config), "--fix", "--verify-wait", "0"], env=ENV)
     assert "Traceback" not in again.err, again.err
@@ -90,7 +95,7 @@ def test_full_state_dir_refuses_to_act(where: str, fleet: dict[str, SpawnedEngin
         filler.unlink()
         _acts_once_fixed(config, state, r.url)
     outcome("refused", f"full {where.replace('_', ' ')}: exit 3, "
-                       f"{refused.err.strip().splitlines()[-1][:110]}; nothing acted, nothing journaled; "
+                       f"{_said(refused)}; nothing acted, nothing journaled; "
                        "acts once the space is back", lost=0)
 
 
@@ -110,7 +115,7 @@ def test_read_only_state_dir_refuses_to_act(fleet: dict[str, SpawnedEngine], tmp
         assert policy(r.url)["length_limit_tokens"] is None
         assert _begun(state) == []
         _acts_once_fixed(config, state, r.url)
-    outcome("refused", f"read-only: exit 3, {refused.err.strip().splitlines()[-1][:100]}; nothing acted; "
+    outcome("refused", f"read-only: exit 3, {_said(refused)}; nothing acted; "
                        "acts once writable", lost=0)
 
 
