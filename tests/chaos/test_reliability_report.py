@@ -33,7 +33,7 @@ def test_everything_held_renders_every_row() -> None:
     for f in FAULTS:
         assert f.fault in text
         assert (f"held {f.id}" in text) == any(t.startswith("tests/chaos/") for t in f.tests)
-    assert "NOT HELD" not in text and "**NO**" not in text
+    assert "**NOT HELD**" not in text and "**NO**" not in text
 
 
 def test_a_failed_or_missing_test_is_not_held_and_a_crash_fails(tmp_path: Path) -> None:
