@@ -8,6 +8,7 @@ I/O, substituted through the plan and the clock, never a step of the cycle.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     reconciled: list[Any] = []  # earlier cycles' actions judged (or finished) by this one
     if remediator is not None:
         reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
-        remediator.retry_escalations()  # pages earlier cycles could not deliver
+        await asyncio.to_thread(remediator.retry_escalations)  # earlier cycles' undelivered pages, off the loop
         in_progress = remediator.guard.in_progress()
     elif plan.history:
         in_progress = _in_progress(plan, clock)
