@@ -34,8 +34,10 @@ FAULTS: tuple[Fault, ...] = (
         C + "test_engines.py::test_engine_killed_mid_request",
         "tests/router/test_router_routing.py::test_engine_down_fails_over_when_the_prompt_fits_else_503",
         "tests/doctor/test_diagnose_read.py::test_log_events_and_dead_engine")),
-    Fault("engine-hung", "an engine that accepts and never answers its /metrics", "reported", (
+    Fault("engine-hung", "an engine hung: one that accepts connections and never answers, one that answers "
+          "/health and /metrics but serves no token", "reported", (
         C + "test_engines.py::test_engine_that_accepts_and_never_answers",
+        C + "test_engines.py::test_engine_hung_inside_serving_nothing",
         "tests/doctor/test_diagnose_read.py::test_hung_metrics_and_garbage_scrape_do_not_stop_the_others")),
     Fault("engine-slow", "an engine 5 s late on every scrape", "reported", (
         C + "test_engines.py::test_engine_five_seconds_slow_per_scrape",)),
@@ -66,9 +68,11 @@ FAULTS: tuple[Fault, ...] = (
         C + "test_clock.py::test_cooldown_and_budget_survive_a_clock_jumping_back",
         C + "test_clock.py::test_for_duration_after_a_clock_jump",
         C + "test_clock.py::test_approval_expiry_after_a_clock_jump")),
-    Fault("two-doctors", "two doctors (cron runs and a daemon) racing for the same engine", "recovered", (
+    Fault("two-doctors", "two doctors (cron runs and a daemon; a second daemon refuses to start) racing for the "
+          "same engine", "recovered", (
         C + "test_two_doctors.py::test_cron_runs_racing_act_exactly_once",
         C + "test_two_doctors.py::test_cron_beside_the_daemon_acts_exactly_once",
+        "tests/serve/test_serve_api.py::test_doctor_serve_refuses_to_start_with_a_clear_error",
         "tests/remedy/test_guardrails.py::test_concurrent_engine_lock_one_winner")),
 )
 

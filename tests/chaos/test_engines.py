@@ -9,6 +9,7 @@ import math
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -20,7 +21,7 @@ from router.config import RouterConfig
 from router.server import RouterThread
 from tests.chaos.conftest import Record
 from tests.chaos.procs import diagnose, engine_on
-from tests.serve.stack import ENGINE, engines, wait_for
+from tests.serve.stack import ENGINE, engines, seed_for_state, wait_for
 from trials.live import LoadThread, Mix, free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -245,3 +246,40 @@ def test_restart_with_counter_reset_and_new_buckets(tmp_path: Path, outcome: Rec
     outcome("recovered", f"after the restart the window opened at the restart ({hot['window_s']:g}s, uptime "
                          f"{sig['uptime_s']:.0f}s): rates finite and non-negative (qps {sig['qps']:.1f}), the new "
                          "bucket layout read from the scrape", lost=0)
+
+
+@pytest.mark.reliability  # a stall is told from a long prefill after a minute without tokens: ~70 s
+def test_engine_hung_inside_serving_nothing(tmp_path: Path, outcome: Record) -> None:
+    """The sim's `hang` fault: /health stays 200 and /metrics answers, requests are taken and wait, no token comes
+    out. Two cron runs a minute apart (the playbook's stall_s) with its `for` already held: engine_stalled, whose
+    first remedy relaunches it."""
+    with engines(["hot"], tmp_path, extra=["--fault", "hang@0"]) as eng:
+        hot = eng["hot"].url
+
+        def ask() -> None:
+            with suppress(httpx.HTTPError):
+                httpx.post(hot + "/v1/completions", json={"model": "m", "prompt": "a b", "max_tokens": 4},
+                           timeout=600, trust_env=False)  # a client that gave up would count as an abort
+
+        waiting = [threading.Thread(target=ask, daemon=True) for _ in range(3)]
+        for t in waiting:
+            t.start()
+        wait_for("requests waiting on the hung engine", lambda: "vllm:num_requests" in (text := httpx.get(
+            hot + "/metrics", timeout=5, trust_env=False).text) and any(
+            line.split(" ")[-1] not in ("0", "0.0") for line in text.splitlines()
+            if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting"))), timeout_s=30)
+        args = ["--engine", f"hot={hot}", "--sample", "1s", "--window", "3m", "--state-dir", str(tmp_path / "state")]
+        first = diagnose(args)
+        assert first.report is not None and not [f for f in first.report["findings"]
+                                                 if f["playbook"] == "engine_stalled"], first  # a second is no hang
+        time.sleep(65)  # the minute without a token that tells a hang from a long prefill
+        seed_for_state(tmp_path / "state", "engine_stalled|hot", held_s=100)  # its `for` (30 s) held already
+        run = diagnose(args)
+    assert run.report is not None, run
+    [e] = run.report["engines"]
+    assert e["reachable"] is True and e["signals"]["health"] == "ok"
+    stalled = [f for f in run.report["findings"] if f["playbook"] == "engine_stalled"]
+    assert stalled and stalled[0]["remedies"][0]["action"] == "relaunch", (run.report["findings"],
+                                                                            run.report["pending"], e["signals"])
+    outcome("reported", f"health ok, requests waiting, no tokens: engine_stalled ({stalled[0]['summary'][:80]}), "
+                        "first remedy: relaunch", lost=0)
