@@ -100,7 +100,7 @@ def silent_listener() -> Iterator[str]:
 def test_engine_that_accepts_and_never_answers(tmp_path: Path, outcome: Record) -> None:
     with engines(["good"], tmp_path) as eng, silent_listener() as hung:
         run = diagnose(["--engine", f"good={eng['good'].url}", "--engine", f"hung={hung}", "--sample", "0.5s",
-                        "--request-timeout", "2s", "--timeout", "60s", "--state-dir", str(tmp_path / "state")])
+                        "--request-timeout", "1s", "--timeout", "60s", "--state-dir", str(tmp_path / "state")])
     assert run.code in (1, 2) and run.report is not None, run
     by = _by_name(run.report)
     assert by["good"]["reachable"] is True and by["good"]["signals"]["health"] == "ok"

@@ -5,6 +5,7 @@ the router serves again and the doctor reads it again. The router, the sim engin
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from doctor.diagnose import main as diagnose_main
 from tests.chaos.conftest import Record
 from tests.chaos.procs import diagnose
 from tests.serve.stack import ROOT, engines, wait_for
@@ -50,7 +52,7 @@ def _running(engine: str) -> float:
 def test_router_killed_mid_stream(tmp_path: Path, outcome: Record) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    args = ["--sample", "1s", "--request-timeout", "3s", "--state-dir", str(tmp_path / "state"), "--router", url]
+    args = ["--sample", "0.5s", "--request-timeout", "3s", "--state-dir", str(tmp_path / "state"), "--router", url]
     with engines(["hot", "cold"], tmp_path) as eng:
         args += ["--engine", f"hot={eng['hot'].url}", "--engine", f"cold={eng['cold'].url}"]
         with router_process(eng["hot"].url, eng["cold"].url, port, tmp_path) as proc:
@@ -76,9 +78,9 @@ def test_router_killed_mid_stream(tmp_path: Path, outcome: Record) -> None:
         for e in down.report["engines"]:
             assert e["reachable"] is True
             assert any(x.startswith(f"router {url}:") for x in e["errors"]), e["errors"]
-        text = subprocess.run([sys.executable, "-m", "doctor.cli", "diagnose", *args], capture_output=True,
-                              text=True, timeout=120, cwd=ROOT)
-        assert f"router {url}" in text.stdout, text.stdout
+        text = io.StringIO()
+        diagnose_main([*args, "--no-history"], out=text, err=io.StringIO())  # what a person reads, in-process
+        assert f"router {url}" in text.getvalue(), text.getvalue()
 
         with router_process(eng["hot"].url, eng["cold"].url, port, tmp_path):  # restarted on its port
             done = httpx.post(url + "/v1/completions", json={"model": "m", "prompt": "a b", "max_tokens": 4},
