@@ -240,7 +240,7 @@ def test_restart_with_counter_reset_and_new_buckets(tmp_path: Path, outcome: Rec
     sig = hot["signals"]
     for name in ("qps", "prompt_tokens_per_s", "generation_tokens_per_s"):
         value = sig.get(name)
-        assert value is not None and math.isfinite(value) and 0 <= value < 1000, (name, value)
+        assert value is not None and math.isfinite(value) and 0 <= value < 1e6, (name, value)  # never negative
     assert sig["long_prompt_share"] is not None and 0 <= sig["long_prompt_share"] <= 1
     assert hot["window_s"] <= sig["uptime_s"] + 5  # judged since the restart, never across it
     outcome("recovered", f"after the restart the window opened at the restart ({hot['window_s']:g}s, uptime "
