@@ -76,3 +76,23 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The reliability account (docs/reliability.md, generated): the chaos cases (tests/chaos/, those marked `reliability`
+# too), the other tests its rows name (tests/chaos/cases.py), and the fuzz runner when tests/fuzz/ is there; then
+# tools/reliability_report.py renders the page. Bounded: a few minutes.
+RELIABILITY_OUT := build/reliability
+RELIABILITY_FUZZ_S ?= 30
+.PHONY: reliability
+reliability: $(STAMP) debian-packages
+	@mkdir -p $(RELIABILITY_OUT)
+	@rm -f $(RELIABILITY_OUT)/results.json $(RELIABILITY_OUT)/fuzz.json
+	SERVING_DOCTOR_RELIABILITY=1 $(BIN)/pytest -q -p tests.chaos.record --reliability-json $(RELIABILITY_OUT)/results.json \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS)) tests/chaos \
+		$$($(BIN)/python -c 'from tests.chaos.cases import all_tests; print(" ".join(t for t in all_tests() if not t.startswith("tests/chaos/")))'); \
+	rc=$$?; \
+	if [ -f tests/fuzz/run.py ]; then \
+		$(BIN)/python -m tests.fuzz.run --seconds $(RELIABILITY_FUZZ_S) --json $(RELIABILITY_OUT)/fuzz.json || rc=1; \
+	fi; \
+	$(BIN)/python tools/reliability_report.py --results $(RELIABILITY_OUT)/results.json \
+		--fuzz $(RELIABILITY_OUT)/fuzz.json --out docs/reliability.md || rc=1; \
+	exit $$rc

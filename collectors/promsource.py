@@ -41,6 +41,10 @@ class PrometheusError(Exception):
     """Prometheus could not answer: unreachable, a query it rejected, or nothing matched."""
 
 
+class PrometheusUnreachable(PrometheusError):
+    """Prometheus itself did not answer (refused, timed out, the connection broke): nothing it holds can be read."""
+
+
 class PromClient(Protocol):
     """The part of `prometheus_api_client.PrometheusConnect` used here (tests substitute it)."""
 
@@ -238,12 +242,13 @@ class PrometheusSource:
         try:
             return fn(client)
         except requests.exceptions.Timeout:
-            raise PrometheusError(f"{where} did not answer within {self.timeout_s:g}s (query: {query})") from None
+            raise PrometheusUnreachable(f"{where} did not answer within {self.timeout_s:g}s (query: {query})") \
+                from None
         except requests.exceptions.ConnectionError as exc:
             reason = type(exc).__name__ if "refused" not in str(exc) else "connection refused"
-            raise PrometheusError(f"{where} is unreachable ({reason}) (query: {query})") from None
+            raise PrometheusUnreachable(f"{where} is unreachable ({reason}) (query: {query})") from None
         except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError) as exc:
-            raise PrometheusError(f"{where}: {type(exc).__name__}: {exc} (query: {query})") from None
+            raise PrometheusUnreachable(f"{where}: {type(exc).__name__}: {exc} (query: {query})") from None
         except PrometheusApiClientException as exc:
             raise PrometheusError(f"{where} rejected the query: {_api_error(exc)} (query: {query})") from None
         except (ValueError, KeyError, TypeError) as exc:

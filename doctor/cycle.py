@@ -8,6 +8,7 @@ I/O, substituted through the plan and the clock, never a step of the cycle.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     reconciled: list[Any] = []  # earlier cycles' actions judged (or finished) by this one
     if remediator is not None:
         reconciled = await remediator.reconcile({r.ref.name: r.signals for r in results})
+        await asyncio.to_thread(remediator.retry_escalations)  # earlier cycles' undelivered pages, off the loop
         in_progress = remediator.guard.in_progress()
     elif plan.history:
         in_progress = _in_progress(plan, clock)
@@ -107,8 +109,8 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         "schema_version": SCHEMA_VERSION,
         "generated_at": iso(now),
         "doctor_version": __version__,
-        "window_s": (round(max([r.signals.window_s for r in results] + [now - started]), 3)
-                     if plan.since_s is None else plan.since_s),
+        "window_s": (plan.since_s if plan.since_s is not None and not _fell_back(results) else
+                     round(max([r.signals.window_s for r in results] + [now - started]), 3)),
         "status": worst(findings) if readable else "unknown",
         "findings": [f.to_dict() for f in findings],
         "pending": [f.to_dict() for f in pending],
@@ -138,6 +140,11 @@ def _for_state_lock(state_dir: Any, wait_s: float = 5.0) -> Iterator[None]:
                 yield
                 return
             time.sleep(0.01)
+
+
+def _fell_back(results: list[Any]) -> bool:
+    """Prometheus was down and the engines were read directly (doctor.reading.read_all says so per engine)."""
+    return any("fell back to reading the engine directly" in e for r in results for e in r.reading.errors_extra)
 
 
 def _refusals_within(history: Any, results: list[Any], window_s: float, now: float) -> float | None:

@@ -234,10 +234,16 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
     router_samples: list[Sample] = []
     memory: ReadMemory | None = opts.memory
     once = memory is not None and _all_fresh(opts, store, started, memory.fresh_s)
-    if opts.since_s is not None and opts.prometheus:
-        await _read_prometheus(opts, readings, clock=clock)
+    down = await _read_prometheus(opts, readings, clock=clock) if opts.since_s is not None and opts.prometheus \
+        else None
+    if down is None and opts.since_s is not None and opts.prometheus:
         window = opts.since_s
     else:
+        if down is not None:  # Prometheus is down: the engines are read directly instead, and each says so
+            readings = {e.name: EngineReading(e.name, e.role, e.url, config=_config_view(e)) for e in opts.engines}
+            for reading in readings.values():
+                reading.errors_extra.append(f"prometheus: {down}; fell back to reading the engine directly over "
+                                            f"{opts.sample_s:g}s instead of {opts.since_s:g}s of history")
         limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
         everyone = list(readings.values())
         async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport,
@@ -321,9 +327,10 @@ def _config_view(ref: EngineRef) -> EngineConfigView:
 
 
 async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
-                           clock: Callable[[], float]) -> None:
-    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes)."""
-    from collectors.promsource import PrometheusError, PrometheusSource
+                           clock: Callable[[], float]) -> str | None:
+    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes). Returns why,
+    when Prometheus itself does not answer (the caller reads the engines directly instead)."""
+    from collectors.promsource import PrometheusError, PrometheusSource, PrometheusUnreachable
     from collectors.types import Sample
 
     assert opts.prometheus is not None and opts.since_s is not None
@@ -334,6 +341,8 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
         for t in (now - opts.since_s, now):
             try:
                 snap = await asyncio.to_thread(source.snapshot_at, ref.promql_selector, t)
+            except PrometheusUnreachable as exc:
+                return str(exc)
             except PrometheusError as exc:
                 reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
                 continue
@@ -344,3 +353,4 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
             for read in (read_health, read_version, read_models):
                 reading.samples.append(await read(client, ref.name, ref.url, timeout_s=opts.request_timeout_s,
                                                   clock=clock))
+    return None

@@ -75,6 +75,11 @@ class StateDir:
     def save_json(self, name: str, data: Any) -> None:
         path = self.file(name)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as handle:
-            handle.write(dumps(data, sort_keys=True))
-        tmp.replace(path)
+        try:
+            with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w", encoding="utf-8") as handle:
+                handle.write(dumps(data, sort_keys=True))
+            tmp.replace(path)
+        except OSError:  # a full or read-only file system: the document stays as it was, no stray copy left
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise

@@ -89,6 +89,8 @@ def evaluate(views: Sequence[EngineView], state: MutableMapping[str, dict[str, A
             onset = float(st["onset"]) if st is not None else now
             if st is not None and now - float(st.get("last", now)) > max(pb.for_s, GAP_S):
                 onset = now  # unknown (too few requests, no data) for longer than its `for`: it starts afresh
+            if st is not None and (onset > now or float(st.get("last", now)) > now):
+                onset = now  # the clock went back: the `for` starts afresh (else it would wait out the jump)
             if window_is_history:
                 onset = min(onset, now - view.window_s)
             state[key] = {"onset": onset, "last": now}

@@ -26,6 +26,7 @@ from typing import Any
 
 from collectors.jsonfile import open_private, private_dir
 from doctor.jsonout import dumps
+from doctor.remedy.journal import write_all
 from doctor.remedy.model import ActionRecord
 from doctor.secrets import REDACTED, Redactor, secret_key
 
@@ -75,7 +76,7 @@ class AuditLog:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                os.write(fd, data)
+                write_all(fd, data, os.fstat(fd).st_size)
                 os.fsync(fd)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)

@@ -24,7 +24,8 @@ from doctor.remedy.guardrails import Guardrails, TargetBusy
 from doctor.remedy.journal import Journal
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
-from doctor.remedy.planner import Planned, normalise, plan_all, verify_spec
+from doctor.remedy.outbox import OUTBOX_FILE, Outbox
+from doctor.remedy.planner import ESCALATING_KINDS, Planned, normalise, plan_all, verify_spec
 from doctor.remedy.queue import ActionStore
 from playbooks.model import Action, Finding
 
@@ -75,6 +76,7 @@ class Remediator:
         self.guard = Guardrails(state_dir, config, clock=clock, journal=self.journal)
         self.audit = AuditLog(state_dir / "audit.jsonl", secrets=[ctx.router_token], clock=clock)
         self.store = ActionStore(state_dir, clock=clock)
+        self.outbox = Outbox(state_dir, clock=clock)
 
     # ----- planning and applying ---------------------------------------------------------------
 
@@ -168,7 +170,8 @@ class Remediator:
         import asyncio
 
         nap = sleep or asyncio.sleep
-        waiting = [r for r in records if r.status == "applied"]
+        # A page is not journaled and has nothing to verify: it ended when it was sent (or kept for a retry).
+        waiting = [r for r in records if r.status == "applied" and r.kind not in ESCALATING_KINDS]
         deadline = self.clock() + wait_s
         while waiting:
             signals = await reread()
@@ -344,7 +347,6 @@ class Remediator:
         self._end(rec, status, reason)
 
     def _page(self, rec: ActionRecord, finding: Finding | None, *, failed: bool = False) -> None:
-        esc_cfg = getattr(self.config, "escalation", None)
         esc = Escalation(
             summary=(f"{rec.playbook} on {rec.engine}: {rec.kind} {rec.status}" if failed else
                      (finding.summary if finding else rec.reason)),
@@ -352,14 +354,39 @@ class Remediator:
             evidence="; ".join(e.text() for e in finding.evidence) if finding else rec.reason,
             runbook=finding.runbook if finding else "", finding_id=rec.finding_id)
         try:
-            where = escalate(esc, alertmanager_url=getattr(esc_cfg, "alertmanager_url", None),
-                             webhook_url=getattr(esc_cfg, "webhook_url", None), clock=self.clock)
-            note = f"paged via {where}"
+            note = f"paged via {self._send(esc)}"
         except EscalationError as exc:
-            note = f"escalation not delivered: {exc}"
+            self.outbox.keep(esc, rec.id, str(exc))
+            note = f"escalation not delivered: {exc}; kept in {OUTBOX_FILE}, retried by every cycle until delivered"
         if not failed:
             self._set(rec, "applied", note)
         self.audit.write("escalated", rec, delivery=note)
+
+    def _send(self, esc: Escalation) -> str:
+        esc_cfg = getattr(self.config, "escalation", None)
+        return escalate(esc, alertmanager_url=getattr(esc_cfg, "alertmanager_url", None),
+                        webhook_url=getattr(esc_cfg, "webhook_url", None), clock=self.clock)
+
+    def retry_escalations(self) -> list[str]:
+        """Send the escalations earlier cycles could not deliver, oldest first, each audited; stops at the first
+        that fails again (the receiver is still down: the rest wait for the next cycle). Returns the delivered
+        records' ids."""
+        sent = []
+        for u in self.outbox.pending():
+            fields = {"id": u.record, "engine": u.escalation.engine, "playbook": u.escalation.playbook,
+                      "action": u.escalation.action, "first_tried_at": u.first_at}
+            try:
+                where = self._send(u.escalation)
+            except EscalationError as exc:
+                self.outbox.keep(u.escalation, u.record, str(exc))
+                self.audit.note("escalation_retry_failed", **fields, attempts=u.attempts + 1,
+                                delivery=f"escalation not delivered: {exc}; kept, retried by the next cycle")
+                break
+            self.outbox.delivered(u.key)
+            self.audit.note("escalated", **fields, attempts=u.attempts + 1, retried=True,
+                            delivery=f"paged via {where} (attempt {u.attempts + 1})")
+            sent.append(u.record)
+        return sent
 
 
 def _values(signals: Signals | None) -> dict[str, float | None]:

@@ -140,7 +140,7 @@ class Guardrails:
         if planned.is_escalation:
             return
         with self.state.lock(STATE_LOCK, wait=True):
-            data = self._load()
+            data = self._load(settle=False)
             refusal = self._stateful(data, planned, engines_total)
             if refusal is not None:
                 raise Refused(refusal[1])
@@ -155,22 +155,31 @@ class Guardrails:
     def release(self, record_id: str) -> None:
         """The change `record_id` has ended (verified, rolled back, failed): the breaker stops counting it."""
         with self.state.lock(STATE_LOCK, wait=True):
-            data = self._load()
+            data = self._load(settle=False)
             if data["inflight"].pop(record_id, None) is not None:
                 self.state.save_json(STATE_FILE, data)
 
     # -- internals
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self, *, settle: bool = True) -> dict[str, Any]:
+        """The document, its times no later than now. A time after now means the clock went back: it is moved to
+        now (and saved, unless `settle` is off because the caller holds the lock and saves), so a cooldown or the
+        budget's hour lasts at most its own length after the jump, never the jump's length more."""
         data = self.state.load_json(STATE_FILE, {})
         if not isinstance(data, dict):
             data = {}
         cooldowns = data.get("cooldowns")
         budget = data.get("budget")
         inflight = data.get("inflight")
-        return {"cooldowns": cooldowns if isinstance(cooldowns, dict) else {},
-                "budget": [float(t) for t in budget if isinstance(t, int | float)] if isinstance(budget, list) else [],
-                "inflight": inflight if isinstance(inflight, dict) else {}}
+        out = {"cooldowns": cooldowns if isinstance(cooldowns, dict) else {},
+               "budget": [float(t) for t in budget if isinstance(t, int | float)] if isinstance(budget, list) else [],
+               "inflight": inflight if isinstance(inflight, dict) else {}}
+        if _clamp_to(out, self.clock()) and settle:
+            with contextlib.suppress(OSError), self.state.lock(STATE_LOCK, wait=True):
+                again = self._load(settle=False)  # another process may have written since
+                _clamp_to(again, self.clock())
+                self.state.save_json(STATE_FILE, again)
+        return out
 
     def _inflight_engines(self, data: Mapping[str, Any]) -> set[str]:
         now = self.clock()
@@ -332,6 +341,20 @@ def breaker_limit(ratio: float, engines_total: int) -> int:
     if ratio <= 0 or engines_total <= 0:
         return 0
     return max(1, math.floor(ratio * engines_total + 1e-9))
+
+
+def _clamp_to(data: dict[str, Any], now: float) -> bool:
+    """Move the document's times that lie after `now` to `now`; True when one did."""
+    moved = False
+    for key, t in list(data["cooldowns"].items()):
+        if isinstance(t, int | float) and t > now:
+            data["cooldowns"][key], moved = now, True
+    if any(t > now for t in data["budget"]):
+        data["budget"], moved = [min(t, now) for t in data["budget"]], True
+    for entry in data["inflight"].values():
+        if isinstance(entry, dict) and isinstance(entry.get("at"), int | float) and entry["at"] > now:
+            entry["at"], moved = now, True
+    return moved
 
 
 def _cooldown_key(planned: Planned) -> str:

@@ -151,7 +151,7 @@ class Journal:
             size = os.fstat(fd).st_size
             if size and last_byte(path, size) != b"\n":
                 line = b"\n" + line  # a torn line from a crash: start on a fresh line
-            os.write(fd, line)
+            write_all(fd, line, size)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -234,6 +234,20 @@ def _apply(state: JournalState, entry: Any) -> None:
 
 def _line(entry: Mapping[str, Any]) -> bytes:
     return (dumps(entry, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
+def write_all(fd: int, data: bytes, size: int) -> None:
+    """Append all of `data` to `fd` (whose file was `size` bytes long) or raise: write() may take only part of it
+    (a file system that fills up takes what fits and says so only on the next call). On an error the file is cut
+    back to `size`, so no torn line is left to read as a half-done step."""
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def last_byte(path: Path, size: int) -> bytes:

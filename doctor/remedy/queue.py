@@ -175,6 +175,8 @@ class ActionStore:
         now, out = self.clock(), []
         for rid, entry in doc.items():
             since = float(entry.get("queued_at") or entry.get("created_at") or now)
+            if entry.get("status") == "pending" and since > now:  # the clock went back: the hour counts from now
+                entry["queued_at"] = since = now
             if entry.get("status") == "pending" and now - since >= self.pending_ttl_s:
                 entry.update(status="expired", updated_at=now,
                              reason=f"not approved within {self.pending_ttl_s:.0f} s")

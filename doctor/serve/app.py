@@ -100,6 +100,10 @@ class Api:
             for a in message.alerts:
                 metrics.alerts.labels(a.status, "queue_full").inc()
             return _error(503, str(exc), {"Retry-After": "10"})
+        except OSError as exc:  # the state directory is full or read-only: nothing was queued, Alertmanager retries
+            for a in message.alerts:
+                metrics.alerts.labels(a.status, "not_queued").inc()
+            return _error(503, f"the alerts could not be queued durably, none was taken: {exc}", {"Retry-After": "10"})
         for e in offered.accepted:
             metrics.alerts.labels(e.alert.status, "accepted").inc()
         if offered.duplicates:

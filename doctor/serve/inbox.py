@@ -30,6 +30,7 @@ from collectors.jsonfile import open_private, private_dir
 from doctor.jsonout import dumps
 from doctor.remedy.journal import fsync_dir as _fsync_dir
 from doctor.remedy.journal import last_byte as _last_byte
+from doctor.remedy.journal import write_all
 from doctor.serve.alerts import Alert
 
 QUEUE_FILE = "alerts-queue.jsonl"
@@ -148,7 +149,7 @@ class Inbox:
             size = os.fstat(fd).st_size
             if size and _last_byte(self.path, size) != b"\n":
                 data = b"\n" + data  # a torn line from a crash: start on a fresh line
-            os.write(fd, data)
+            write_all(fd, data, size)
             os.fsync(fd)
         finally:
             os.close(fd)

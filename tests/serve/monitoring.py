@@ -69,9 +69,11 @@ def process(cmd: Sequence[str], log: Path, ready_url: str) -> Iterator[subproces
 
 
 @contextmanager
-def alertmanager(work: Path, receivers: Mapping[str, tuple[str, str, Path]]) -> Iterator[str]:
+def alertmanager(work: Path, receivers: Mapping[str, tuple[str, str, Path]], *,
+                 port: int | None = None) -> Iterator[str]:
     """Alertmanager routing each engine's alerts (by `instance`) to its daemon's webhook, with the bearer token
-    read from a file: receivers = {name: (instance, webhook URL, token file)}. Yields its URL."""
+    read from a file: receivers = {name: (instance, webhook URL, token file)}, on `port` (default a free one).
+    Yields its URL."""
     routes = "".join(f"    - matchers: ['instance=\"{inst}\"']\n      receiver: {name}\n"
                      for name, (inst, _, _) in receivers.items())
     hooks = "".join(f"  - name: {name}\n    webhook_configs:\n      - url: {url}\n        send_resolved: true\n"
@@ -83,7 +85,7 @@ def alertmanager(work: Path, receivers: Mapping[str, tuple[str, str, Path]]) -> 
                       f"  group_interval: 2s\n  repeat_interval: 1h\n  routes:\n{routes}"
                       f"receivers:\n  - name: nobody\n{hooks}")
     check([binary("amtool"), "check-config", str(config)])
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [binary("prometheus-alertmanager", "alertmanager"), f"--config.file={config}",
            f"--storage.path={work / 'am-data'}", f"--web.listen-address=127.0.0.1:{port}",
