@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import resource
 import shutil
 import subprocess
 import time
@@ -285,7 +286,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, prometheus_launcher: Any) ->
         print(f"\n{len(engines)}-engine fleet: backfill {backfilled:.1f}s; the doctor's read_all through Prometheus "
               f"{read_s:.2f}s in {queries:g} queries (with every engine's direct /health, /version, /v1/models and "
               f"derive step); their snapshots one engine at a time would take ~{per_engine_s:.1f}s "
-              f"(2 x {len(engines)} queries, extrapolated from 20 engines)")
+              f"(2 x {len(engines)} queries, extrapolated from 20 engines); this process's peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
         yield Fleet(server.url, t1, points, {r.ref.name: r for r in results}, queries, engines)
 
 
