@@ -169,19 +169,21 @@ def promql(profile: str, signal: str, selector: str, window: str, *, spelling: s
     return f"histogram_quantile({_QUANTILES[q]}, sum by (le) (rate({_vllm(base + '_bucket', m, spelling)}[{window}])))"
 
 
-def snapshot_query(selector: str) -> str:
+def snapshot_query(selector: str, by: tuple[str, ...] = _TARGET_LABELS) -> str:
     """One instant query for every family the collectors read, plus the target's scrape time.
 
     `timestamp()` gives a sample's own time only when applied straight to a selector of one family
     (on any other expression it gives the evaluation time), so the scrape time comes from the first
     family present of: num_requests_running (every vLLM), process_start_time_seconds, http_requests_total.
+    The scrape times are kept `by` these labels (per target; a fleet read adds the label it splits on).
     """
     m = _matchers(selector)
+    grouping = ", ".join(by)
     extra = f", {m}" if m else ""
     series = f'{{__name__=~"{FAMILIES_RE}", __name__!~".+_created"{extra}}}'
     clocks = (f'{{__name__=~"vllm[:_]num_requests_running"{extra}}}', f"process_start_time_seconds{{{m}}}",
               f"http_requests_total{{{m}}}")
-    stamp = " or ".join(f"max by (job, instance) (timestamp({c}))" for c in clocks)
+    stamp = " or ".join(f"max by ({grouping}) (timestamp({c}))" for c in clocks)
     return f'{series} or label_replace({stamp}, "{_SCRAPE_MARK}", "1", "", "")'
 
 
@@ -279,28 +281,8 @@ class PrometheusSource:
         The snapshot's timestamp is the scrape time Prometheus recorded (not `t`), so rates between
         two snapshots use the real interval. The selector must match exactly one scrape target.
         """
-        from collectors.scrape import snapshot_from_samples
-
         query = snapshot_query(selector)
-        rows = self.instant(query, t)
-        stamps = [(labels, value) for labels, value in rows if labels.get(_SCRAPE_MARK) == "1"]
-        targets = sorted({"/".join(labels.get(k, "") for k in _TARGET_LABELS) for labels, _ in stamps})
-        if not stamps or len(rows) == len(stamps):
-            raise PrometheusError(f"Prometheus at {self.url}: no engine series at t={t:.3f} (query: {query})")
-        if len(targets) > 1:
-            raise PrometheusError(f"Prometheus at {self.url}: selector {selector!r} matches {len(targets)} "
-                                  f"scrape targets ({', '.join(targets)}); select one engine, e.g. by instance")
-        samples: list[tuple[str, Mapping[str, str], float]] = []
-        for labels, value in rows:
-            if labels.get(_SCRAPE_MARK) == "1":
-                continue
-            name = labels.pop("__name__", "")
-            if not name or name.endswith("_created"):
-                continue
-            for k in _TARGET_LABELS:
-                labels.pop(k, None)
-            samples.append((name, labels, value))
-        return snapshot_from_samples(samples, max(value for _, value in stamps))
+        return snapshot_of_rows(self.instant(query, t), url=self.url, selector=selector, t=t, query=query)
 
     def range_frame(self, query: str, start: float | datetime, end: float | datetime,
                     step: str | float) -> pandas.DataFrame:
@@ -333,6 +315,31 @@ class PrometheusSource:
         return frame
 
 
+def snapshot_of_rows(rows: list[tuple[dict[str, str], float]], *, url: str, selector: str, t: float,
+                     query: str) -> MetricsSnapshot:
+    """One engine's rows of a snapshot query (its series and its scrape-time marks) as a canonical snapshot."""
+    from collectors.scrape import snapshot_from_samples
+
+    stamps = [(labels, value) for labels, value in rows if labels.get(_SCRAPE_MARK) == "1"]
+    targets = sorted({"/".join(labels.get(k, "") for k in _TARGET_LABELS) for labels, _ in stamps})
+    if not stamps or len(rows) == len(stamps):
+        raise PrometheusError(f"Prometheus at {url}: no engine series at t={t:.3f} (query: {query})")
+    if len(targets) > 1:
+        raise PrometheusError(f"Prometheus at {url}: selector {selector!r} matches {len(targets)} "
+                              f"scrape targets ({', '.join(targets)}); select one engine, e.g. by instance")
+    samples: list[tuple[str, Mapping[str, str], float]] = []
+    for labels, value in rows:
+        if labels.get(_SCRAPE_MARK) == "1":
+            continue
+        name = labels.pop("__name__", "")  # the rows are the caller's own (instant builds them)
+        if not name or name.endswith("_created"):
+            continue
+        for k in _TARGET_LABELS:
+            labels.pop(k, None)
+        samples.append((name, labels, value))
+    return snapshot_from_samples(samples, max(value for _, value in stamps))
+
+
 def _as_datetime(t: float | datetime) -> datetime:
     if isinstance(t, datetime):
         return t if t.tzinfo else t.replace(tzinfo=UTC)
@@ -350,4 +357,4 @@ def _series_key(labels: Mapping[str, str]) -> str:
 
 
 __all__ = ("FAMILIES_RE", "PromClient", "PrometheusError", "PrometheusSource", "default_client",
-                          "promql", "promql_signals", "snapshot_query")
+                          "promql", "promql_signals", "snapshot_of_rows", "snapshot_query")

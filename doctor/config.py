@@ -205,6 +205,9 @@ class DoctorConfig:
     templates: Templates = Templates()
     router: RouterSettings = RouterSettings()
     prometheus_url: str | None = None
+    # [prometheus] discover: target labels (job, ...) whose active targets are engines too (doctor.discover)
+    prometheus_discover: Mapping[str, str] = field(default_factory=dict)
+    max_concurrent_reads: int = 64  # [doctor]: engines read at once
     escalation: Escalation = Escalation()
     maintenance: tuple[MaintenanceWindow, ...] = ()
     bounds: Bounds = Bounds()
@@ -262,7 +265,8 @@ TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router
             "maintenance", "bounds", "notify", "serve")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
                "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
-               "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals")
+               "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals",
+               "max_concurrent_reads")
 ENGINE_KEYS = ("name", "role", "url", "log", "log_command", "gpus", "dcgm", "selector", "launcher", *ENGINE_ARGS,
                "gpu_memory_utilization", "slo", "thresholds", "playbooks")
 
@@ -314,7 +318,11 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
     router = RouterSettings(r.url("url"), cast(str, r.string("token_env", "ROUTER_POLICY_TOKEN")),
                             _file(token_file, path))
     prom = root.sub("prometheus")
-    prom.only(("url",))
+    prom.only(("url", "discover"))
+    disc = prom.sub("discover")
+    discover = {str(k): cast(str, disc.string(str(k), required=True)) for k in disc.data}
+    if discover and not prom.has("url"):
+        raise prom.error("discover", "needs [prometheus] url: the targets are Prometheus's")
     esc = root.sub("escalation")
     esc.only(("alertmanager_url", "webhook_url"))
     b = root.sub("bounds")
@@ -347,6 +355,8 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
                                                            maximum=1_000_000)),
         engines=engines, thresholds=thresholds, playbooks=playbooks, templates=templates, router=router,
         prometheus_url=prom.url("url"),
+        prometheus_discover=discover,
+        max_concurrent_reads=cast(int, d.integer("max_concurrent_reads", 64, minimum=1, maximum=10_000)),
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
         maintenance=tuple(_window(t) for t in root.tables("maintenance")), bounds=bounds,
         notify=notify_settings(root.sub("notify"), lambda v: _file(v, path)),

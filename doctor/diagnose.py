@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", action="append", default=[], metavar="NAME=0,1",
                    help="GPU indices the engine runs on (NVML on this host)")
     p.add_argument("--prometheus", metavar="URL", help="read history from this Prometheus server")
+    p.add_argument("--discover", action="append", default=[], metavar="LABEL=VALUE",
+                   help="with --prometheus: its active targets with this label are engines too (repeatable; "
+                   "adds to the config's [prometheus] discover), e.g. job=vllm")
     p.add_argument("--router", metavar="URL", help="the hot/cold router in front of the engines (its /metrics)")
     p.add_argument("--sample", help="between the two direct reads of each engine (default 5s); a first run judges "
                    "only this")
@@ -100,6 +103,8 @@ class Options:
     fix: bool = False
     yes: bool = False
     verify_wait_s: float = 0.0
+    discover: dict[str, str] = dataclasses.field(default_factory=dict)  # target labels (doctor.discover)
+    max_concurrent_reads: int = 64
 
 
 def parse_options(argv: Sequence[str]) -> Options:
@@ -119,7 +124,9 @@ def parse_options(argv: Sequence[str]) -> Options:
                     "prometheus": settings.prometheus_url, "state_dir": settings.state_dir,
                     "long_prompt_tokens": settings.long_prompt_tokens,
                     "very_long_prompt_tokens": settings.very_long_prompt_tokens,
-                    "request_timeout_s": settings.request_timeout_s, "router": settings.router.url}
+                    "request_timeout_s": settings.request_timeout_s, "router": settings.router.url,
+                    "discover": dict(settings.prometheus_discover),
+                    "max_concurrent_reads": settings.max_concurrent_reads}
     try:
         flag_engines = engines_from_flags(ns.engine, ns.role, ns.log, ns.dcgm, ns.gpus)
         engines = _merge_engines(settings, flag_engines)
@@ -130,9 +137,13 @@ def parse_options(argv: Sequence[str]) -> Options:
         request_timeout_s = parse_duration(ns.request_timeout or defaults.get("request_timeout_s", "5s"))
     except (EngineSpecError, DurationError) as exc:
         raise UsageError(f"doctor diagnose: error: {exc}") from None
-    if not engines:
-        raise UsageError("doctor diagnose: error: name at least one engine with --engine NAME=URL (or --config)")
+    discover = {**defaults.get("discover", {}), **_labels(ns.discover)}
+    if not engines and not discover:
+        raise UsageError("doctor diagnose: error: name at least one engine with --engine NAME=URL (or --config, "
+                         "or --discover LABEL=VALUE with --prometheus)")
     prometheus = ns.prometheus or defaults.get("prometheus")
+    if discover and not prometheus:
+        raise UsageError("doctor diagnose: error: --discover needs --prometheus URL (the targets are its)")
     if since_s is not None and not prometheus:
         raise UsageError("doctor diagnose: error: --since needs --prometheus URL (history comes from Prometheus)")
     if timeout_s <= 0:
@@ -168,7 +179,18 @@ def parse_options(argv: Sequence[str]) -> Options:
                    ns.very_long_prompt_tokens or int(defaults.get("very_long_prompt_tokens", 8192)),
                    ns.fail_on, max(window_s, sample_s), int(defaults.get("min_requests", 10)), settings,
                    ns.router or defaults.get("router"), ns.fix, ns.yes,
-                   min(verify_wait_s, max(0.0, timeout_s - 2 * sample_s - 1)))
+                   min(verify_wait_s, max(0.0, timeout_s - 2 * sample_s - 1)), discover,
+                   int(defaults.get("max_concurrent_reads", 64)))
+
+
+def _labels(values: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for value in values:
+        label, sep, want = value.partition("=")
+        if not sep or not label.strip() or not want:
+            raise UsageError(f"doctor diagnose: error: --discover {value!r}: expected LABEL=VALUE, e.g. job=vllm")
+        out[label.strip()] = want
+    return out
 
 
 def _merge_engines(settings: Any, from_flags: list[EngineRef]) -> list[EngineRef]:
@@ -189,7 +211,8 @@ def plan_of(opts: Options, *, trigger: str = "cron") -> Plan:
 
     return Plan(engines=tuple(opts.engines), state_dir=opts.state_dir or default_state_dir(), settings=opts.settings,
                 sample_s=opts.sample_s, window_s=opts.window_s, min_requests=opts.min_requests,
-                request_timeout_s=opts.request_timeout_s, long_prompt_tokens=opts.long_prompt_tokens,
+                request_timeout_s=opts.request_timeout_s, max_concurrent_reads=opts.max_concurrent_reads,
+                long_prompt_tokens=opts.long_prompt_tokens,
                 very_long_prompt_tokens=opts.very_long_prompt_tokens, router=opts.router, prometheus=opts.prometheus,
                 since_s=opts.since_s, history=opts.history, fix=opts.fix, yes=opts.yes,
                 verify_wait_s=opts.verify_wait_s, trigger=trigger)
@@ -199,6 +222,12 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
     """One doctor cycle over the engines the flags name (doctor.cycle.run_cycle)."""
     from doctor.cycle import run_cycle
 
+    if opts.discover and opts.prometheus:
+        from doctor.discover import discover_engines
+
+        engines = await asyncio.to_thread(discover_engines, opts.prometheus, opts.discover, opts.engines,
+                                          timeout_s=opts.request_timeout_s)
+        opts = dataclasses.replace(opts, engines=engines)
     return (await run_cycle(plan_of(opts), clock=clock)).report
 
 
@@ -227,6 +256,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     the CLI does): past --timeout plus a grace, a watchdog thread ends the process with exit 3 whatever blocks."""
     if hard_deadline is None:
         hard_deadline = out is None
+    from doctor.discover import DiscoveryError
+
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -251,6 +282,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         return EXIT_UNUSABLE
     except TimeoutError:
         print(f"doctor diagnose: gave up after --timeout {opts.timeout_s:g}s", file=err)
+        return EXIT_UNUSABLE
+    except DiscoveryError as exc:
+        print(f"doctor diagnose: {exc}", file=err)
         return EXIT_UNUSABLE
     except OSError as exc:
         print(f"doctor diagnose: cannot use the state directory: {exc}", file=err)

@@ -33,6 +33,7 @@ class Plan:
     window_s: float = 60.0  # what the signals are judged over (earlier cycles' reads open it)
     min_requests: int = 10
     request_timeout_s: float = 5.0
+    max_concurrent_reads: int = 64  # engines read at once; each within its own deadline (doctor.reading)
     long_prompt_tokens: int = 5120
     very_long_prompt_tokens: int = 8192
     router: str | None = None  # the hot/cold router's URL

@@ -35,11 +35,34 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 BASELINE_SIGNAL = "engine_fb_bytes"  # framebuffer the engine holds, recorded per run for memory growth
 
 
+def engine_deadline_s(timeout_s: float) -> float:
+    """The most one engine's read may take, whatever its server does (httpx's timeout is per phase: a server that
+    drips its answer a byte at a time never trips it): the request timeout plus a little for the client itself."""
+    return timeout_s * 1.5 + 0.5
+
+
+async def _bounded(gate: asyncio.Semaphore, name: str, url: str, client: httpx.AsyncClient, *, timeout_s: float,
+                   with_identity: bool, clock: Callable[[], float]) -> list[Sample]:
+    """One engine's read, waiting for a free slot, cut off at `engine_deadline_s` (its samples then carry why)."""
+    async with gate:
+        deadline = engine_deadline_s(timeout_s)
+        try:
+            async with asyncio.timeout(deadline):
+                return await read_engine(client, name, url, timeout_s=timeout_s, with_identity=with_identity,
+                                         clock=clock)
+        except TimeoutError:
+            why = f"no complete answer within {deadline:g}s (request timeout {timeout_s:g}s)"
+            return [Sample("health", name, clock(), error=f"/health: {why}"),
+                    Sample("metrics", name, clock(), error=f"/metrics: {why}")]
+
+
 async def _read_round(client: httpx.AsyncClient, readings: list[EngineReading], *, timeout_s: float,
-                      identity: set[str], clock: Callable[[], float]) -> None:
-    """One read of every engine; /version, /v1/models and /server_info too for those named in `identity`."""
-    results = await asyncio.gather(*(read_engine(client, r.name, r.url, timeout_s=timeout_s,
-                                                 with_identity=r.name in identity, clock=clock) for r in readings))
+                      identity: set[str], clock: Callable[[], float], concurrency: int) -> None:
+    """One read of every engine, at most `concurrency` at once, each within its own deadline; /version, /v1/models
+    and /server_info too for those named in `identity`."""
+    gate = asyncio.Semaphore(max(1, concurrency))
+    results = await asyncio.gather(*(_bounded(gate, r.name, r.url, client, timeout_s=timeout_s,
+                                              with_identity=r.name in identity, clock=clock) for r in readings))
     for reading, samples in zip(readings, results, strict=True):
         reading.samples.extend(samples)
 
@@ -244,7 +267,8 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
             for reading in readings.values():
                 reading.errors_extra.append(f"prometheus: {down}; fell back to reading the engine directly over "
                                             f"{opts.sample_s:g}s instead of {opts.since_s:g}s of history")
-        limits = httpx.Limits(max_connections=8 * max(1, len(readings)))
+        concurrency = _concurrency(opts)
+        limits = httpx.Limits(max_connections=5 * min(concurrency, max(1, len(readings))))
         everyone = list(readings.values())
         async with httpx.AsyncClient(limits=limits, trust_env=False, transport=opts.transport,
                                      verify=tls_context()) as client:
@@ -253,17 +277,19 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
                 for name, samples in remembered.items():
                     readings[name].samples.extend(samples or [])
                 await _read_round(client, everyone, timeout_s=opts.request_timeout_s,
-                                  identity={n for n, s in remembered.items() if s is None}, clock=clock)
+                                  identity={n for n, s in remembered.items() if s is None}, clock=clock,
+                                  concurrency=concurrency)
                 if opts.router and (before := memory.router_before(opts.router, started)) is not None:
                     router_samples.append(before)
             else:
                 await _read_round(client, everyone, timeout_s=opts.request_timeout_s, identity=set(readings),
-                                  clock=clock)
+                                  clock=clock, concurrency=concurrency)
                 if opts.router:
                     router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
                                                             clock=clock))
                 await opts.sleep(opts.sample_s)
-                await _read_round(client, everyone, timeout_s=opts.request_timeout_s, identity=set(), clock=clock)
+                await _read_round(client, everyone, timeout_s=opts.request_timeout_s, identity=set(), clock=clock,
+                                  concurrency=concurrency)
             if opts.router:
                 router_samples.append(await read_router(client, opts.router, timeout_s=opts.request_timeout_s,
                                                         clock=clock))
@@ -326,31 +352,51 @@ def _config_view(ref: EngineRef) -> EngineConfigView:
                             gpu_memory_utilization=ref.config.get("gpu_memory_utilization"))
 
 
+def _concurrency(opts: Plan) -> int:
+    return max(1, opts.max_concurrent_reads)
+
+
 async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
                            clock: Callable[[], float]) -> str | None:
-    """Two snapshots from Prometheus, `since` apart, per engine (same derive step as direct scrapes). Returns why,
-    when Prometheus itself does not answer (the caller reads the engines directly instead)."""
+    """Two snapshots of every engine from Prometheus, `since` apart, each one query for the whole fleet
+    (collectors.promfleet; the same derive step as direct scrapes); then each engine's health and identity,
+    read directly, at most `max_concurrent_reads` engines at once. Returns why, when Prometheus itself does not
+    answer (the caller reads the engines directly instead)."""
+    from collectors.httpsource import read_health, read_models, read_version
+    from collectors.promfleet import fleet_snapshots_at
     from collectors.promsource import PrometheusError, PrometheusSource, PrometheusUnreachable
-    from collectors.types import Sample
 
     assert opts.prometheus is not None and opts.since_s is not None
     source = PrometheusSource(opts.prometheus, timeout_s=opts.request_timeout_s)
     now = clock()
-    for ref in opts.engines:
-        reading = readings[ref.name]
-        for t in (now - opts.since_s, now):
-            try:
-                snap = await asyncio.to_thread(source.snapshot_at, ref.promql_selector, t)
-            except PrometheusUnreachable as exc:
-                return str(exc)
-            except PrometheusError as exc:
-                reading.samples.append(Sample("metrics", ref.name, t, error=str(exc)))
-                continue
-            reading.samples.append(Sample("metrics", ref.name, t, metrics=snap))
-        async with httpx.AsyncClient(trust_env=False, transport=opts.transport, verify=tls_context()) as client:
-            from collectors.httpsource import read_health, read_models, read_version
+    selectors = {ref.name: ref.promql_selector for ref in opts.engines}
+    for t in (now - opts.since_s, now):
+        snaps = await asyncio.to_thread(fleet_snapshots_at, source, selectors, t)
+        for name, snap in snaps.items():
+            if isinstance(snap, PrometheusUnreachable):
+                return str(snap)
+            if isinstance(snap, PrometheusError):
+                readings[name].samples.append(Sample("metrics", name, t, error=str(snap)))
+            else:
+                readings[name].samples.append(Sample("metrics", name, t, metrics=snap))
+    gate = asyncio.Semaphore(_concurrency(opts))
+    timeout_s = opts.request_timeout_s
 
-            for read in (read_health, read_version, read_models):
-                reading.samples.append(await read(client, ref.name, ref.url, timeout_s=opts.request_timeout_s,
-                                                  clock=clock))
+    async def identity(client: httpx.AsyncClient, ref: EngineRef) -> list[Sample]:
+        async with gate:
+            try:
+                async with asyncio.timeout(engine_deadline_s(timeout_s)):
+                    return list(await asyncio.gather(*(read(client, ref.name, ref.url, timeout_s=timeout_s,
+                                                            clock=clock)
+                                                       for read in (read_health, read_version, read_models))))
+            except TimeoutError:
+                return [Sample("health", ref.name, clock(),
+                               error=f"/health: no complete answer within {engine_deadline_s(timeout_s):g}s")]
+
+    limits = httpx.Limits(max_connections=3 * min(_concurrency(opts), max(1, len(opts.engines))))
+    async with httpx.AsyncClient(trust_env=False, transport=opts.transport, verify=tls_context(),
+                                 limits=limits) as client:
+        found = await asyncio.gather(*(identity(client, ref) for ref in opts.engines))
+    for ref, samples in zip(opts.engines, found, strict=True):
+        readings[ref.name].samples.extend(samples)
     return None

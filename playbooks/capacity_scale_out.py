@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
+from playbooks.pool import POOL_DEFAULTS, judge, pool_of
 
 
 class CapacityScaleOut(Playbook):
@@ -21,6 +22,7 @@ class CapacityScaleOut(Playbook):
         "waiting": 0.0,
         "kv_headroom_ratio": 0.75,  # KV usage below this leaves room for more sequences
         "max_num_seqs_raise_factor": 1.5,
+        **POOL_DEFAULTS,  # a role's replicas as one pool (playbooks/pool.py): when a replica is added
     }
     for_s = 300.0
     runbook = """\
@@ -38,6 +40,12 @@ tail latency. KV-bound saturation (KV usage high) is `kv_pressure`, not this.
 **Remedies.** Scale out: relaunch with `--tensor-parallel-size 2` (or double the current degree), or add
 a replica behind the router. When the slots are full with KV to spare, relaunching with a higher
 `--max-num-seqs` is the cheaper third option (watch `kv_pressure` afterwards).
+
+**A pool of replicas.** When the engine has same-role peers, a replica is added only when the pool, not
+this one replica, is saturated, by llm-d's workload-variant-autoscaler rule: a replica is saturated at
+KV usage >= 0.80 or >= 5 waiting; across the others, mean spare KV under 0.10 or mean spare queue under 3
+(or none left) means one more replica, proposed first; and none while a replica is still starting (the
+doctor acting on it, or up under 5 minutes). A pool with room is spread better instead (`replica_imbalance`).
 """
 
     def check(self, view: EngineView) -> Condition | None:
@@ -89,9 +97,18 @@ a replica behind the router. When the slots are full with KV to spare, relaunchi
             Action("scale_out", view.name, {"tensor_parallel_size": target_tp},
                    inverse={"tensor_parallel_size": tp if isinstance(tp, int) else 1}, risk="medium",
                    description=f"relaunch with --tensor-parallel-size {target_tp}"),
-            Action("scale_out", view.name, {"replicas": 1}, inverse={"replicas": -1}, risk="medium",
-                   description="add a replica behind the router"),
         ]
+        replica = Action("scale_out", view.name, {"replicas": 1}, inverse={"replicas": -1}, risk="medium",
+                         description="add a replica behind the router")
+        pool = pool_of(view)
+        if len(pool) < 2:
+            actions.append(replica)
+        else:
+            state = judge(pool, view.params)
+            if state.scale_up:
+                actions.insert(0, Action(replica.kind, replica.target, replica.params, inverse=replica.inverse,
+                                         risk=replica.risk, description=f"add a replica: the {view.role} pool is "
+                                         f"saturated ({state.describe()})"))
         current = view.config.max_num_seqs
         if condition.details.get("cause") in ("slots", "both") and current:
             actions.append(Action("relaunch", view.name,

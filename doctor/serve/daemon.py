@@ -34,6 +34,7 @@ def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
                 request_timeout_s=min(config.request_timeout_s, config.timeout_s),
                 long_prompt_tokens=config.long_prompt_tokens, very_long_prompt_tokens=config.very_long_prompt_tokens,
                 router=config.router.url, history=True, fix=True, verify_wait_s=0.0, trigger="serve",
+                max_concurrent_reads=config.max_concurrent_reads,
                 process_finder=LocalProcessFinder(), memory=ReadMemory(fresh_s=3 * interval),
                 transport=KeptTransport(max_connections=8 * max(1, len(config.engines)) + 8))
 

@@ -89,27 +89,29 @@ class PrometheusServer:
             time.sleep(SCRAPE_INTERVAL_S / 5)
 
 
-def _write_config(path: Path, targets: Sequence[str]) -> None:
+def _write_config(path: Path, targets: Sequence[str], scrape_configs: str | None = None) -> None:
     quoted = ", ".join(f'"{t}"' for t in targets)
+    jobs = scrape_configs if scrape_configs is not None else (
+        "  - job_name: sim\n"
+        f"    static_configs: [{{targets: [{quoted}]}}]\n")
     path.write_text(
         "global:\n"
         f"  scrape_interval: {SCRAPE_INTERVAL_S:g}s\n"
         f"  scrape_timeout: {SCRAPE_INTERVAL_S:g}s\n"
         f"  evaluation_interval: {SCRAPE_INTERVAL_S:g}s\n"
-        "scrape_configs:\n"
-        "  - job_name: sim\n"
-        f"    static_configs: [{{targets: [{quoted}]}}]\n"
+        "scrape_configs:\n" + jobs
     )
 
 
 @contextmanager
-def run_prometheus(workdir: Path, targets: Sequence[str], *,
-                   ready_timeout_s: float = 30.0) -> Iterator[PrometheusServer]:
-    """Start `prometheus` on a free loopback port scraping `targets` (host:port) every second; stop it after."""
+def run_prometheus(workdir: Path, targets: Sequence[str], *, ready_timeout_s: float = 30.0,
+                   scrape_configs: str | None = None) -> Iterator[PrometheusServer]:
+    """Start `prometheus` on a free loopback port scraping `targets` (host:port) every second (or the jobs of
+    `scrape_configs`, YAML list items) with what `workdir/data` already holds (a backfill); stop it after."""
     binary = prometheus_binary()
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    _write_config(config, targets)
+    _write_config(config, targets, scrape_configs)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = workdir / "prometheus.log"

@@ -429,6 +429,30 @@ def test_prometheus_snapshots_equal_direct_scrapes(observed: Observed, engine: s
         assert hung.gauges["running"] == 2.0 and hung.gauges["waiting"] >= 1.0 and hung.gauges["kv_cache_usage"] > 0
 
 
+def test_fleet_read_equals_per_engine_reads(observed: Observed) -> None:
+    """One query for both engines (collectors.promfleet) gives each the snapshots, so the Signals, that a query
+    of its own gives."""
+    from collectors.promfleet import fleet_snapshots_at
+
+    selectors = {name: f'instance="{inst}"' for name, inst in observed.instances.items()}
+    grouped: dict[str, list[MetricsSnapshot]] = {name: [] for name in selectors}
+    single: dict[str, list[MetricsSnapshot]] = {name: [] for name in selectors}
+    for point in range(2):
+        t = observed.direct["hot"][point].timestamp
+        for name, snap in fleet_snapshots_at(observed.source, selectors, t).items():
+            assert isinstance(snap, MetricsSnapshot), snap
+            grouped[name].append(snap)
+            single[name].append(observed.source.snapshot_at(selectors[name], t))
+    for name in selectors:
+        for g, one in zip(grouped[name], single[name], strict=True):
+            assert g == one
+        vg, _ = derive_metrics_signals(grouped[name][0], grouped[name][1], CONFIGS[name])
+        vs, _ = derive_metrics_signals(single[name][0], single[name][1], CONFIGS[name])
+        assert vg.keys() == vs.keys() and vg["qps"] is not None
+        for key, value in vs.items():
+            assert vg[key] == (value if value is None else pytest.approx(value, rel=1e-12, abs=1e-12)), key
+
+
 RATES = {"qps", "prompt_tokens_per_s", "generation_tokens_per_s", "preemptions_per_s", "process_cpu"}
 
 

@@ -1,0 +1,127 @@
+"""A fleet through Prometheus: every engine's snapshot in one instant query, and engines found from its targets.
+
+`fleet_snapshots_at` reads N engines with one query per label their selectors match on (usually one:
+`instance`), not one per engine: the engines' values become one `label=~"v1|v2|..."` matcher, the
+answer is split by that label, and each engine's rows are mapped exactly as `PrometheusSource.snapshot_at`
+maps them (`promsource.snapshot_of_rows`). Engines whose selector is not one `label="value"` matcher are
+read one by one. `discover_targets` lists the active scrape targets (`/api/v1/targets`) whose labels
+match the given ones. Both are synchronous: run them off the event loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from collectors.promsource import (
+    _TARGET_LABELS,
+    PrometheusError,
+    PrometheusSource,
+    _matchers,
+    snapshot_of_rows,
+    snapshot_query,
+)
+from collectors.types import MetricsSnapshot
+
+_ONE_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def equality_matcher(selector: str) -> tuple[str, str] | None:
+    """(label, value) when `selector` is exactly one `label="value"` matcher, else None."""
+    found = _ONE_MATCHER.fullmatch(_matchers(selector))
+    if found is None or found.group(1) == "__name__":
+        return None
+    value = re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), found.group(2))
+    return found.group(1), value
+
+
+def _promql_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def alternation(values: list[str]) -> str:
+    """A PromQL string literal of an RE2 regex that matches exactly these values."""
+    return _promql_string("|".join(_SPECIAL.sub(r"\\\1", v) for v in values))
+
+
+def fleet_snapshots_at(source: PrometheusSource, selectors: Mapping[str, str],
+                       t: float) -> dict[str, MetricsSnapshot | PrometheusError]:
+    """Each engine's snapshot at `t` ({engine: selector}), or the error that names why it has none.
+
+    One query per label the selectors match on; an engine the answer lacks gets the same errors as a
+    per-engine read (no series, several targets). A failed query is every one of its engines' error.
+    """
+    out: dict[str, MetricsSnapshot | PrometheusError] = {}
+    groups: dict[str, dict[str, list[str]]] = {}  # label -> value -> engines
+    for engine, selector in selectors.items():
+        key = equality_matcher(selector)
+        if key is None:
+            try:
+                out[engine] = source.snapshot_at(selector, t)
+            except PrometheusError as exc:
+                out[engine] = exc
+            continue
+        groups.setdefault(key[0], {}).setdefault(key[1], []).append(engine)
+    for label, by_value in groups.items():
+        by = _TARGET_LABELS if label in _TARGET_LABELS else (*_TARGET_LABELS, label)
+        query = snapshot_query(f"{label}=~{alternation(sorted(by_value))}", by=by)
+        try:
+            rows = source.instant(query, t, allow_empty=True)
+        except PrometheusError as exc:
+            out.update({engine: exc for engines in by_value.values() for engine in engines})
+            continue
+        split: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for labels, number in rows:
+            split.setdefault(labels.get(label, ""), []).append((labels, number))
+        for value, engines in by_value.items():
+            selector = f"{label}={_promql_string(value)}"
+            try:
+                snap: MetricsSnapshot | PrometheusError = snapshot_of_rows(
+                    split.get(value, []), url=source.url, selector=selector, t=t, query=query)
+            except PrometheusError as exc:
+                snap = exc
+            out.update({engine: snap for engine in engines})
+    return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """One active scrape target: its labels (after relabelling), where it is scraped, its health."""
+
+    labels: Mapping[str, str]
+    scrape_url: str
+    health: str
+
+    @property
+    def base_url(self) -> str:
+        """The scrape URL without its path: the engine's HTTP root."""
+        parts = urlsplit(self.scrape_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+
+def discover_targets(url: str, match: Mapping[str, str], *, timeout_s: float = 10.0,
+                     transport: httpx.BaseTransport | None = None) -> list[Target]:
+    """Prometheus's active targets whose labels equal every `match` item (e.g. {"job": "vllm"})."""
+    where = f"Prometheus at {url.rstrip('/')}"
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, transport=transport) as client:
+            r = client.get(f"{url.rstrip('/')}/api/v1/targets", params={"state": "active"})
+    except httpx.HTTPError as exc:
+        raise PrometheusError(f"{where}: cannot list targets ({type(exc).__name__}: {exc})") from None
+    if r.status_code != 200:
+        raise PrometheusError(f"{where}: /api/v1/targets answered HTTP {r.status_code}: {r.text[:200]}")
+    try:
+        active = r.json()["data"]["activeTargets"]
+        targets = [Target(dict(t["labels"]), str(t["scrapeUrl"]), str(t.get("health", ""))) for t in active]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise PrometheusError(f"{where}: /api/v1/targets gave an unexpected answer ({type(exc).__name__}: {exc})") \
+            from None
+    return [t for t in targets if all(t.labels.get(k) == v for k, v in match.items())]
+
+
+__all__ = ("Target", "alternation", "discover_targets", "equality_matcher", "fleet_snapshots_at")
