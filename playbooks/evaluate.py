@@ -21,6 +21,9 @@ from playbooks.registry import all_playbooks, precedence
 
 STALE_AFTER_S = 900.0  # a condition not seen for this long starts a new incident
 GAP_S = 60.0  # a pending condition unseen (weak or no data) for longer than this and its `for` starts afresh
+# A state time this far after now means the clock went back. Less is two doctors (cron beside the daemon) whose
+# cycles read at slightly different moments: the one that read first judges a `now` older than the other's update.
+CLOCK_BACK_S = 300.0
 ParamsFor = Callable[[Playbook, str], Mapping[str, float]]
 
 
@@ -89,7 +92,7 @@ def evaluate(views: Sequence[EngineView], state: MutableMapping[str, dict[str, A
             onset = float(st["onset"]) if st is not None else now
             if st is not None and now - float(st.get("last", now)) > max(pb.for_s, GAP_S):
                 onset = now  # unknown (too few requests, no data) for longer than its `for`: it starts afresh
-            if st is not None and (onset > now or float(st.get("last", now)) > now):
+            if st is not None and (onset > now + CLOCK_BACK_S or float(st.get("last", now)) > now + CLOCK_BACK_S):
                 onset = now  # the clock went back: the `for` starts afresh (else it would wait out the jump)
             if window_is_history:
                 onset = min(onset, now - view.window_s)
