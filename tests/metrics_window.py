@@ -100,9 +100,12 @@ def percentile(values: Sequence[float], p: float) -> float:
     return linear_percentile(values, p)
 
 
-def check_latency(w: Window, family: str, client: dict[float, float], what: str) -> list[str]:
+def check_latency(w: Window, family: str, client: dict[float, float], what: str, *,
+                  extra_hop: bool = False) -> list[str]:
     """Each client percentile (p -> seconds) within one bucket width of the sim's quantile; returns
-    the comparisons as lines (for the failure message and the log)."""
+    the comparisons as lines (for the failure message and the log). `extra_hop`: the client reached the engine
+    through a proxy (the router), whose hop adds what a loaded host makes it (measured at +190 ms on a saturated
+    2-core machine): the client may then be later than the engine by any amount, never earlier."""
     lines = []
     bad = []
     for p, seconds in sorted(client.items()):
@@ -111,7 +114,7 @@ def check_latency(w: Window, family: str, client: dict[float, float], what: str)
         line = (f"{what} {family} p{p:g}: client {seconds * 1000:.1f} ms, sim {sim * 1000:.1f} ms "
                 f"(bucket {lower:g}-{upper:g} s, width {width * 1000:.0f} ms)")
         lines.append(line)
-        if abs(seconds - sim) > width:
+        if (sim - seconds if extra_hop else abs(seconds - sim)) > width:
             bad.append(line)
     assert not bad, "client and sim disagree by more than a bucket width:\n" + "\n".join([*bad, "", *lines])
     return lines

@@ -115,7 +115,7 @@ def test_vllm_bench_serve_agrees_with_sim_metrics(tier: Path, tmp_path: Path, ba
             assert w.observations(E2E) == expected
             for key, family in (("ttft", TTFT), ("e2el", E2E)):
                 client = {float(p): float(result[f"p{p}_{key}_ms"]) / 1000 for p in PERCENTILES.split(",")}
-                report += check_latency(w, family, client, f"bench {backend} {via}:{name}")
+                report += check_latency(w, family, client, f"bench {backend} {via}:{name}", extra_hop=via == "router")
         FIGURES[f"vllm bench serve {backend} {via}"] = "; ".join(
             line.split(" ", 3)[3] for line in report if " p50:" in line)
         print("\n".join(report))
