@@ -9,7 +9,7 @@ from typing import Any
 
 from collectors.window import window_view
 from doctor.advise import AdviseError
-from doctor.advise.fit import fit
+from doctor.advise.fit import fit, too_few
 from doctor.advise.read import EngineWindow
 from doctor.advise.search import Candidate, best, grid, search, seed_batch, settings_dict
 from doctor.advise.twin import Prediction, Settings, measure, run
@@ -94,12 +94,17 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings) -> dict[str, Any]:
             raise AdviseError(f"{w.ref.name}: the twin cannot run the current settings: {got}")
         return got
 
-    fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests)
     out: dict[str, Any] = {
         "engine": w.ref.name, "role": w.ref.role, "model": w.model, "preset": opts.preset, "notes": notes,
         "problems": list(w.problems), "workload": profile.to_dict(), "measured": measured.to_dict(),
-        "fit": fitted.to_dict(), "withheld": fitted.withheld, "slo": dict(opts.slo),
+        "slo": dict(opts.slo),
     }
+    if measured.requests < opts.min_requests:  # before any twin run: nothing to fit
+        out.update(fit=None, withheld=too_few(measured.requests, opts.min_requests), current=None, seed_rules=None,
+                   twin_best=None, grid=[], recommendation=None, took_s=round(time.perf_counter() - started, 3))
+        return out
+    fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests)
+    out.update(fit=fitted.to_dict(), withheld=fitted.withheld)
     if fitted.withheld is not None:
         out.update(current=None, seed_rules=None, twin_best=None, grid=[], recommendation=None,
                    took_s=round(time.perf_counter() - started, 3))

@@ -47,6 +47,11 @@ class Fit:
                 "max_error": MAX_FIT_ERROR, "withheld": self.withheld, "predicted": self.predicted.to_dict()}
 
 
+def too_few(requests: int, min_requests: int) -> str:
+    return (f"the window holds {requests} finished requests, fewer than {min_requests}: too little traffic to fit a "
+            "twin (widen --window, --sample longer, or wait for traffic)")
+
+
 def errors(predicted: Prediction, measured: Prediction) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for m in CHECKED:
@@ -102,8 +107,7 @@ def fit(base: Settings, measured: Prediction, runner: Runner, *, max_runs: int =
     known = {k: v for k, v in errs.items() if v is not None}
     bad = {k: v for k, v in known.items() if v > MAX_FIT_ERROR}
     if requests < min_requests:
-        withheld = (f"the window holds {requests} finished requests, fewer than {min_requests}: too little "
-                    "traffic to fit a twin (widen the window or wait for traffic)")
+        withheld = too_few(requests, min_requests)
     elif bad:
         withheld = ("the twin does not reproduce the engine: fit error above "
                     f"{MAX_FIT_ERROR:.0%} on " + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()))

@@ -33,6 +33,9 @@ def render(doc: dict[str, Any]) -> str:
         for note in e.get("notes", []):
             lines.append(f"  note: {note}")
         f = e["fit"]
+        if f is None:
+            lines += [f"  advice withheld: {e['withheld']}", ""]
+            continue
         errs = ", ".join(f"{k} {v:.1%}" for k, v in f["errors"].items() if v is not None)
         lines.append(f"  twin fit: step-time scale {f['time_scale']:.3g} after {f['runs']} runs; error {errs}")
         if e.get("withheld"):

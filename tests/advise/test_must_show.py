@@ -9,11 +9,15 @@ import io
 import json
 from pathlib import Path
 
+import jsonschema
+
 from doctor.advise.cli import main
+from doctor.advise.report import render
 from tests.advise.simtruth import WINDOW_S, config_file, measured_after, started, truth_argv, workload
 
 SLO = {"p99_ttft_s": 5.0, "p99_e2e_s": 60.0}
 CHECKED = ("p99_ttft_s", "p99_e2e_s", "qps")
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "advise.schema.json").read_text())
 
 
 def test_fit_and_prediction_on_sim_ground_truth(tmp_path: Path) -> None:
@@ -29,7 +33,10 @@ def test_fit_and_prediction_on_sim_ground_truth(tmp_path: Path) -> None:
                  "--chunked-grid", "on"],
                 out=out, err=io.StringIO(), transport=net.transport(), clock=lambda: h.now, sleep=wait)
     doc = json.loads(out.getvalue())
+    jsonschema.validate(doc, SCHEMA)
     (e,) = doc["engines"]
+    text = render(doc)
+    assert "twin fit: step-time scale" in text and f"recommended: {e['recommendation']['serve_line']}" in text
     print(json.dumps({k: e[k] for k in ("workload", "fit", "measured", "recommendation")}, indent=1))
     assert code == 0, e.get("withheld") or e.get("error")
     for m in CHECKED:
