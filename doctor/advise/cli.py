@@ -18,9 +18,10 @@ from typing import Any, NoReturn, TextIO
 import httpx
 
 from doctor.advise import AdviseError
-from doctor.advise.engine import AdviseSettings, SearchSpace, advise_engine
-from doctor.advise.read import Sleep, read_windows
+from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine
+from doctor.advise.read import EngineWindow, Sleep, read_windows
 from doctor.advise.report import render
+from doctor.advise.route import search_route
 from doctor.durations import DurationError, parse_duration
 from doctor.engines import EngineRef, EngineSpecError, engines_from_flags
 
@@ -53,9 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "(doctor sim engine --help lists them); its step-time scale is fitted")
     p.add_argument("--min-requests", type=int, default=MIN_REQUESTS,
                    help=f"withhold advice for a window with fewer finished requests (default {MIN_REQUESTS})")
+    p.add_argument("--max-fit-error", type=float, default=0.25, help="withhold advice when the twin misses a measured "
+                   "P50/P99 TTFT, e2e or throughput by more than this share (default 0.25)")
     p.add_argument("--max-num-seqs-grid", help="values to try, e.g. 32,64,128 (default: half, same, double)")
     p.add_argument("--batched-tokens-grid", help="values to try, e.g. 2048,4096 (default: half, same, double)")
     p.add_argument("--chunked-grid", default="on,off", help="chunked prefill settings to try (default on,off)")
+    p.add_argument("--route-grid", help="with a hot and a cold engine: route thresholds to try besides the current "
+                   "one and the seed's 5120 (default 2048,8192)")
     p.add_argument("--seed", type=int, default=0, help="the twin's workload draw")
     p.add_argument("--request-timeout", default="5s", help="timeout of each HTTP read (default 5s)")
     p.add_argument("--format", choices=["text", "json"], default="text")
@@ -104,6 +109,21 @@ def _engines(ns: argparse.Namespace) -> tuple[list[EngineRef], Any]:
     return merged.engine_refs(), merged
 
 
+def _route(windows: Sequence[EngineWindow], kept: dict[str, Fitted], config: Any, ns: argparse.Namespace
+           ) -> dict[str, Any] | None:
+    """The route threshold search when exactly one hot and one cold engine are both fitted; else why not."""
+    hot = [w.ref.name for w in windows if w.ref.role == "hot"]
+    cold = [w.ref.name for w in windows if w.ref.role == "cold"]
+    if len(hot) != 1 or len(cold) != 1:
+        return None
+    h, c = kept[hot[0]], kept[cold[0]]
+    if h.settings is None or c.settings is None:
+        return {"skipped": "the hot and the cold engine both need a good fit for the route threshold search"}
+    return search_route(h, c, current=config.long_prompt_tokens, thresholds=_ints(ns.route_grid, "--route-grid")
+                        or (2048, 8192), slo_hot=config.slo_for(hot[0]), slo_cold=config.slo_for(cold[0]),
+                        seed=ns.seed)
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None,
          transport: httpx.AsyncBaseTransport | None = None, clock: Callable[[], float] = time.time,
          sleep: Sleep | None = None) -> int:
@@ -122,6 +142,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             raise UsageError(f"doctor advise: error: {exc}") from None
         if every_s <= 0 or window_s <= 0 or timeout_s <= 0:
             raise UsageError("doctor advise: error: --every, --window and --request-timeout must be > 0")
+        if not 0 < ns.max_fit_error < 100:
+            raise UsageError("doctor advise: error: --max-fit-error must be a share > 0, e.g. 0.25")
         if ns.min_requests < 1:
             raise UsageError("doctor advise: error: --min-requests must be >= 1")
         from sim.presets import UnknownPresetError, get_preset
@@ -145,13 +167,18 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
         print(str(exc), file=err)
         return 3
     results: list[dict[str, Any]] = []
+    kept: dict[str, Fitted] = {}
     for w in windows:
-        opts = AdviseSettings(ns.preset, ns.min_requests, config.slo_for(w.ref.name), space, ns.seed)
+        opts = AdviseSettings(ns.preset, ns.min_requests, config.slo_for(w.ref.name), space, ns.seed,
+                              ns.max_fit_error)
+        kept[w.ref.name] = Fitted()
         try:
-            results.append(advise_engine(w, opts))
+            results.append(advise_engine(w, opts, kept[w.ref.name]))
         except AdviseError as exc:
             results.append({"engine": w.ref.name, "role": w.ref.role, "preset": ns.preset, "error": str(exc)})
-    doc = {"schema": "serving-doctor/advise/1", "took_s": round(time.perf_counter() - started, 3), "engines": results}
+    doc: dict[str, Any] = {"schema": "serving-doctor/advise/1", "engines": results,
+                           "route": _route(windows, kept, config, ns)}
+    doc["took_s"] = round(time.perf_counter() - started, 3)
     out.write(json.dumps(doc, indent=2, allow_nan=False) + "\n" if ns.format == "json" else render(doc))
     if all("error" in r for r in results):
         return 3

@@ -9,11 +9,11 @@ from typing import Any
 
 from collectors.window import window_view
 from doctor.advise import AdviseError
-from doctor.advise.fit import fit, too_few
+from doctor.advise.fit import MAX_FIT_ERROR, fit, too_few
 from doctor.advise.read import EngineWindow
 from doctor.advise.search import Candidate, best, grid, search, seed_batch, settings_dict
 from doctor.advise.twin import Prediction, Settings, measure, run
-from doctor.advise.workload import draw, profile_of
+from doctor.advise.workload import WorkloadProfile, draw, profile_of
 from sim.args import EngineArgsError
 from sim.engine_types import EngineStartError
 from sim.gpu import GpuMemoryError
@@ -38,6 +38,7 @@ class AdviseSettings:
     slo: Mapping[str, float]
     space: SearchSpace
     seed: int = 0
+    max_fit_error: float = MAX_FIT_ERROR
 
 
 def _around(value: int, low: int = 1) -> tuple[int, ...]:
@@ -72,8 +73,17 @@ def _runner(requests: Sequence[RequestSpec], window_s: float, slo: Mapping[str, 
     return go
 
 
-def advise_engine(w: EngineWindow, opts: AdviseSettings) -> dict[str, Any]:
-    """Everything `doctor advise` says of one engine (the JSON object of schemas/advise.schema.json)."""
+@dataclass
+class Fitted:
+    """What the route search needs of an engine's advice: its workload and its calibrated settings."""
+
+    profile: WorkloadProfile | None = None
+    settings: Settings | None = None
+
+
+def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = None) -> dict[str, Any]:
+    """Everything `doctor advise` says of one engine (the JSON object of schemas/advise.schema.json); `keep`
+    receives its workload and calibrated settings when the fit is good."""
     started = time.perf_counter()
     if len(w.chain) < 2:
         raise AdviseError(f"{w.ref.name}: {len(w.chain)} read(s) of /metrics in the window; advice needs two or more "
@@ -103,13 +113,16 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings) -> dict[str, Any]:
         out.update(fit=None, withheld=too_few(measured.requests, opts.min_requests), current=None, seed_rules=None,
                    twin_best=None, grid=[], recommendation=None, took_s=round(time.perf_counter() - started, 3))
         return out
-    fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests)
+    fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests,
+                 max_error=opts.max_fit_error)
     out.update(fit=fitted.to_dict(), withheld=fitted.withheld)
     if fitted.withheld is not None:
         out.update(current=None, seed_rules=None, twin_best=None, grid=[], recommendation=None,
                    took_s=round(time.perf_counter() - started, 3))
         return out
     base = fitted.settings
+    if keep is not None:
+        keep.profile, keep.settings = profile, base
     cur = Candidate("current", base, fitted.predicted)
     batch, rule = seed_batch(profile)
     seed_s = replace(base, max_num_seqs=batch)

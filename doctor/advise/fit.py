@@ -34,6 +34,7 @@ class Fit:
     errors: Mapping[str, float | None]
     runs: int
     withheld: str | None  # why advice is withheld (None: the fit is good enough)
+    max_error: float = MAX_FIT_ERROR
 
     @property
     def worst(self) -> float | None:
@@ -44,7 +45,7 @@ class Fit:
         return {"time_scale": round(self.settings.time_scale, 4), "runs": self.runs,
                 "errors": {k: None if v is None else round(v, 4) for k, v in self.errors.items()},
                 "worst_error": None if self.worst is None else round(self.worst, 4),
-                "max_error": MAX_FIT_ERROR, "withheld": self.withheld, "predicted": self.predicted.to_dict()}
+                "max_error": self.max_error, "withheld": self.withheld, "predicted": self.predicted.to_dict()}
 
 
 def too_few(requests: int, min_requests: int) -> str:
@@ -68,7 +69,7 @@ def _log_gap(predicted: Prediction, measured: Prediction, on: tuple[str, ...] = 
 
 
 def fit(base: Settings, measured: Prediction, runner: Runner, *, max_runs: int = 7, requests: int,
-        min_requests: int) -> Fit:
+        min_requests: int, max_error: float = MAX_FIT_ERROR) -> Fit:
     """Search the time scale; keep the run whose figures are nearest the measured ones."""
     tried: list[tuple[float, float, Prediction]] = []  # (log scale, log gap, prediction)
 
@@ -105,10 +106,10 @@ def fit(base: Settings, measured: Prediction, runner: Runner, *, max_runs: int =
     errs = errors(best[2], measured)
     withheld = None
     known = {k: v for k, v in errs.items() if v is not None}
-    bad = {k: v for k, v in known.items() if v > MAX_FIT_ERROR}
+    bad = {k: v for k, v in known.items() if v > max_error}
     if requests < min_requests:
         withheld = too_few(requests, min_requests)
     elif bad:
         withheld = ("the twin does not reproduce the engine: fit error above "
-                    f"{MAX_FIT_ERROR:.0%} on " + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()))
-    return Fit(settings, best[2], errs, runs, withheld)
+                    f"{max_error:.0%} on " + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()))
+    return Fit(settings, best[2], errs, runs, withheld, max_error)

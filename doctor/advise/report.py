@@ -55,4 +55,15 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"  recommended: {e['recommendation']['serve_line']}")
         lines.append(f"  (advice took {e['took_s']:.1f}s; {len(e['grid'])} settings tried on the twin)")
         lines.append("")
+    route = doc.get("route")
+    if route and route.get("skipped"):
+        lines.append(f"route threshold: not searched: {route['skipped']}")
+    elif route:
+        lines.append(f"route threshold (hot below, cold at or above): current {route['current']}, seed rules "
+                     f"{route['seed_rules']}, twin best {route['best']}")
+        for r in route["candidates"]:
+            lines.append(f"  {r['threshold']:>6}: goodput {_num(r['goodput_qps'])} req/s; hot P99 TTFT "
+                         f"{_num(r['hot']['p99_ttft_s'])}s e2e {_num(r['hot']['p99_e2e_s'])}s; cold P99 TTFT "
+                         f"{_num(r['cold']['p99_ttft_s'])}s e2e {_num(r['cold']['p99_e2e_s'])}s"
+                         + (f"  ({', '.join(r['labels'])})" if r["labels"] else ""))
     return "\n".join(lines).rstrip() + "\n"

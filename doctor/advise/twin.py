@@ -124,7 +124,7 @@ def run(settings: Settings, requests: Sequence[RequestSpec], *, warmup_s: float,
     names = ["engine"] if cold is None or router_threshold is None else ["hot", "cold"]
     harness.add_engine(names[0], settings.argv())
     if len(names) == 2 and cold is not None and router_threshold is not None:
-        harness.add_engine("cold", cold.argv())
+        harness.add_engine("cold", cold.argv(), env={"CUDA_VISIBLE_DEVICES": "1"})  # its own GPU, as deployed
         threshold = router_threshold
         harness.load(requests, router=lambda s: "cold" if s.prompt_tokens >= threshold else "hot")
     else:
