@@ -63,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "one and the seed's 5120 (default 2048,8192)")
     p.add_argument("--seed", type=int, default=0, help="the twin's workload draw")
     p.add_argument("--request-timeout", default="5s", help="timeout of each HTTP read (default 5s)")
+    p.add_argument("--checklist", action="store_true", help="the seed's pre-flight checklist instead: CUDA, "
+                   "fragmentation, the router's fairness window and threshold, the alert rules in Prometheus, "
+                   "quantization A/B evidence, warm-up; each with its verdict and how it was checked (exit 1 when "
+                   "an item fails)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     return p
 
@@ -124,15 +128,33 @@ def _route(windows: Sequence[EngineWindow], kept: dict[str, Fitted], config: Any
                         seed=ns.seed)
 
 
+def _checklist(ns: argparse.Namespace, engines: list[EngineRef], config: Any, out: TextIO,
+               sync_transport: httpx.BaseTransport | None, nvml: Any | None) -> int:
+    from doctor.advise.checklist import expected_rules, render_checklist, run_checklist
+
+    state_dir = ns.state_dir or config.state_dir
+    if state_dir is None:
+        from doctor.state import default_state_dir
+
+        state_dir = default_state_dir()
+    doc = run_checklist(config, engines, state_dir=state_dir, transport=sync_transport, nvml=nvml,
+                        expected_rules=expected_rules())
+    out.write(json.dumps(doc, indent=2) + "\n" if ns.format == "json" else render_checklist(doc))
+    return 1 if doc["failed"] else 0
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None,
          transport: httpx.AsyncBaseTransport | None = None, clock: Callable[[], float] = time.time,
-         sleep: Sleep | None = None) -> int:
-    """The command; tests substitute only the I/O (transport, clock, sleep)."""
+         sleep: Sleep | None = None, sync_transport: httpx.BaseTransport | None = None, nvml: Any | None = None
+         ) -> int:
+    """The command; tests substitute only the I/O (transports, clock, sleep, the NVML module)."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
         ns = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         engines, config = _engines(ns)
+        if ns.checklist:
+            return _checklist(ns, engines, config, out, sync_transport, nvml)
         try:
             sample_s = parse_duration(ns.sample) if ns.sample else 0.0
             every_s = parse_duration(ns.every)
