@@ -1,7 +1,11 @@
 """Issue 18, must-show #1: on a sim engine as ground truth (a step-time scale the advisor is not told), the twin's
 fit reproduces its measured P99 TTFT, P99 e2e and throughput within 15%, and the change it recommends, applied to
 the ground-truth engine, lands within 20% of its prediction. Through `doctor advise`'s entry point; only the
-network, the clock and the waits are substituted."""
+network, the clock and the waits are substituted.
+
+This pins one traffic draw (seed 3) as a regression check. The bound does not hold for every draw: over five seeds
+`bench/advise.py` finds the step-time scale within 6% each time but P99 TTFT / e2e within 15% for 2 of 5 (misses up
+to 41%: the tail of ~1800 requests in vLLM's coarse buckets); docs/advise.md has the table."""
 
 from __future__ import annotations
 
