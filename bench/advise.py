@@ -47,9 +47,11 @@ WORKLOADS = {
 }
 
 
-def _truth(flags: Sequence[str], requests: Sequence[RequestSpec]) -> tuple[ScenarioHarness, SimNetwork]:
+def _truth(flags: Sequence[str], requests: Sequence[RequestSpec], told: Sequence[str] = TOLD
+           ) -> tuple[ScenarioHarness, SimNetwork]:
     h = ScenarioHarness(seed=5)
-    h.add_engine("gt", ["m", "--preset", "a100-13b", "--time-scale", HIDDEN_SCALE, *TOLD, *flags])
+    h.add_engine("gt", ["m", "--preset", "a100-13b", "--time-scale", HIDDEN_SCALE, *told, *flags])
+    h.engines["gt"].core.seen_batch_classes.update(1 << i for i in range(21))  # long past its start (no cold start)
     h.load(requests)
     h.run_for(WARMUP_S)
     net = SimNetwork(h)
@@ -57,8 +59,8 @@ def _truth(flags: Sequence[str], requests: Sequence[RequestSpec]) -> tuple[Scena
     return h, net
 
 
-def _measured(flags: Sequence[str], requests: Sequence[RequestSpec]) -> dict[str, Any]:
-    h, _ = _truth(flags, requests)
+def _measured(flags: Sequence[str], requests: Sequence[RequestSpec], told: Sequence[str] = TOLD) -> dict[str, Any]:
+    h, _ = _truth(flags, requests, told)
     chain: list[MetricsSnapshot] = []
     since = h.now
     while True:
@@ -71,8 +73,9 @@ def _measured(flags: Sequence[str], requests: Sequence[RequestSpec]) -> dict[str
     return {**p.to_dict(), "goodput_qps": goodput(h.records, since, since + WINDOW_S, SLO)}
 
 
-def _advise(requests: Sequence[RequestSpec], config: Path, extra: Sequence[str] = ()) -> tuple[dict[str, Any], float]:
-    h, net = _truth([], requests)
+def _advise(requests: Sequence[RequestSpec], config: Path, extra: Sequence[str] = (), told: Sequence[str] = TOLD
+            ) -> tuple[dict[str, Any], float]:
+    h, net = _truth([], requests, told)
 
     async def wait(s: float) -> None:
         h.run_for(s)
@@ -84,9 +87,9 @@ def _advise(requests: Sequence[RequestSpec], config: Path, extra: Sequence[str] 
     return json.loads(out.getvalue())["engines"][0], time.process_time() - started
 
 
-def _config(tmp: Path) -> Path:
+def _config(tmp: Path, seqs: int = 64) -> Path:
     path = tmp / "doctor.toml"
-    path.write_text("\n".join(["[[engines]]", 'name = "gt"', f'url = "{engine_url("gt")}"', "max_num_seqs = 64",
+    path.write_text("\n".join(["[[engines]]", 'name = "gt"', f'url = "{engine_url("gt")}"', f"max_num_seqs = {seqs}",
                                "max_num_batched_tokens = 2048", "[engines.slo]",
                                *(f'{k} = "{v}s"' for k, v in SLO.items())]) + "\n")
     return path
@@ -109,14 +112,29 @@ def side_by_side(tmp: Path) -> list[dict[str, Any]]:
     return rows
 
 
+SPREAD_TOLD = ["--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]  # tests/advise/test_must_show.py's
+CHECKED = ("p99_ttft_s", "p99_e2e_s", "qps")
+
+
 def seed_spread(tmp: Path, seeds: int) -> list[dict[str, Any]]:
+    """The must-show over traffic draws: fit errors, and the recommendation applied to the ground truth."""
     out = []
     for seed in range(1, seeds + 1):
-        spec = WorkloadSpec(rate_qps=2.0, duration_s=WARMUP_S + WINDOW_S + 30, seed=seed)
-        e, took = _advise(generate(spec), _config(tmp), ["--chunked-grid", "on", "--max-num-seqs-grid", "64"])
+        requests = generate(WorkloadSpec(rate_qps=3.0, duration_s=WARMUP_S + WINDOW_S + 30, seed=seed))
+        e, took = _advise(requests, _config(tmp, 16), ["--chunked-grid", "on", "--max-num-seqs-grid", "16,32,64",
+                                                       "--batched-tokens-grid", "2048"], SPREAD_TOLD)
         fit = e.get("fit") or {}
-        out.append({"seed": seed, "time_scale": fit.get("time_scale"), "cpu_s": round(took, 2),
-                    "errors": {k: (fit.get("errors") or {}).get(k) for k in ("p99_ttft_s", "p99_e2e_s", "qps")}})
+        row: dict[str, Any] = {"seed": seed, "time_scale": fit.get("time_scale"), "cpu_s": round(took, 2),
+                               "withheld": e.get("withheld"),
+                               "errors": {k: (fit.get("errors") or {}).get(k) for k in CHECKED}}
+        rec = e.get("recommendation")
+        if rec:
+            after = _measured(rec["vllm_flags"].split(), requests, SPREAD_TOLD)
+            pred = e["twin_best"]["predicted"]
+            row["recommended"] = rec["vllm_flags"]
+            row["prediction_errors"] = {k: abs(pred[k] - after[k]) / after[k] if after.get(k) else None
+                                        for k in CHECKED}
+        out.append(row)
     return out
 
 
@@ -144,10 +162,14 @@ def render(rows: list[dict[str, Any]], spread: list[dict[str, Any]]) -> str:
             lines.append(f"  {label:10}{cells}   {c['flags']}")
         lines.append("")
     if spread:
-        lines.append("fit over ground-truth seeds (chat-like traffic at 2 req/s; the must-show bound is 15%):")
+        lines.append("must-show over ground-truth seeds (chat-like traffic at 3 req/s, told --max-num-seqs 16; bounds: "
+                     "fit 15%, prediction after the change 20%):")
         for s in spread:
-            lines.append(f"  seed {s['seed']}: scale {_f(s['time_scale'])} (truth {HIDDEN_SCALE}), "
+            lines.append(f"  seed {s['seed']}: scale {_f(s['time_scale'])} (truth {HIDDEN_SCALE}); fit "
                          + ", ".join(f"{k} {_f(v, True)}" for k, v in s["errors"].items())
+                         + (f"; after {s['recommended']}: " + ", ".join(
+                             f"{k} {_f(v, True)}" for k, v in s["prediction_errors"].items())
+                            if s.get("recommended") else f"; withheld: {s['withheld']}")
                          + f"; {s['cpu_s']:.1f} CPU s")
     return "\n".join(lines) + "\n"
 

