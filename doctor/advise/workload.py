@@ -167,7 +167,8 @@ TAIL = 0.05  # density beyond the last non-empty bucket, relative to it: the tai
 
 def _draw_lengths(d: LengthDist, n: int, rng: random.Random, top: int) -> list[int]:
     """n lengths: a bucket by its share (so the twin's histogram is the measured one), then inside it a density
-    of log(length) that runs log-linearly between the geometric means of its and its neighbours' densities."""
+    of log(length) that runs log-linearly between the geometric means of its and its neighbours' densities, then
+    scaled (each inside its bucket) so that their mean is the histogram's."""
     buckets = _buckets(d, top)
     dens = [c / math.log(hi / lo) if hi > lo else 0.0 for c, lo, hi in buckets]
     shapes: list[tuple[float, float, float]] = []  # (lower, log width, log-density slope)
@@ -179,13 +180,20 @@ def _draw_lengths(d: LengthDist, n: int, rng: random.Random, top: int) -> list[i
         k = 0.5 * math.log(after / before) / width if width > 0 and g > 0 else 0.0
         shapes.append((lo, width, k))
     picks = rng.choices(range(len(buckets)), weights=[c for c, _, _ in buckets], k=n)
-    out = []
+    raw: list[float] = []
     for i in picks:
         lo, width, k = shapes[i]
         u = rng.random()
         t = u * width if abs(k * width) < 1e-9 else math.log1p(u * math.expm1(k * width)) / k
-        out.append(max(1, min(top, math.ceil(lo * math.exp(t)))))
-    return out
+        raw.append(lo * math.exp(t))
+    # The histogram's sum is exact: scale inside the buckets (each length stays in its own) toward its mean.
+    for _ in range(4):
+        mean = sum(raw) / n if n else 0.0
+        if mean <= 0 or abs(mean / d.mean - 1.0) < 0.002:
+            break
+        f = d.mean / mean
+        raw = [min(buckets[i][2], max(buckets[i][1], x * f)) for i, x in zip(picks, raw, strict=True)]
+    return [max(1, min(top, math.ceil(x))) for x in raw]
 
 
 def _replayed(profile: WorkloadProfile, start: float, rng: random.Random) -> list[float]:
