@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/remediation_efficacy.py
 	$(BIN)/python bench/daemon_overhead.py --seconds 120
 	$(BIN)/python bench/tui_overhead.py
+	$(BIN)/python bench/advise.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -13,6 +13,7 @@ commands:
   serve --config F     the daemon: the cycle on an interval and on Alertmanager's alerts, with an API
   actions              pending and recent actions; approve ID, reject ID, rollback ID decide and undo
   tui                  the on-call screen: attach to the daemon (--daemon URL) or run standalone (--config)
+  advise               settings for the traffic the engines get: a sim twin fitted to them, searched (exit 0/1; 3)
   rules                Prometheus alerting rules for the same conditions as the playbooks
   router               the hot/cold admission router in front of the engines
   demo                 hot and cold sim engines with load, and what the doctor sees
@@ -31,6 +32,7 @@ Run `doctor <command> --help` for a command's options.
 COMMANDS = {
     "diagnose": "doctor.diagnose",
     "playbooks": "doctor.playbooks_cli",
+    "advise": "doctor.advise.cli",
     "rules": "doctor.rules",
     "router": "router.cli",
     "demo": "doctor.demo",

@@ -1,0 +1,146 @@
+"""Advice for one engine: its workload, the fitted twin, the candidates predicted, the recommendation."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from collectors.window import window_view
+from doctor.advise import AdviseError
+from doctor.advise.fit import MAX_FIT_ERROR, fit, too_few
+from doctor.advise.read import EngineWindow
+from doctor.advise.search import Candidate, best, grid, search, seed_batch, settings_dict
+from doctor.advise.twin import Prediction, Settings, measure, run
+from doctor.advise.workload import WorkloadProfile, draw, profile_of
+from sim.args import EngineArgsError
+from sim.engine_types import EngineStartError
+from sim.gpu import GpuMemoryError
+from sim.workload import RequestSpec
+
+WARMUP_S = 60.0
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the grid varies; None: around the current value (half, same, double)."""
+
+    max_num_seqs: tuple[int, ...] | None = None
+    max_num_batched_tokens: tuple[int, ...] | None = None
+    chunked_prefill: tuple[bool, ...] = (True, False)
+
+
+@dataclass(frozen=True)
+class AdviseSettings:
+    preset: str
+    min_requests: int
+    slo: Mapping[str, float]
+    space: SearchSpace
+    seed: int = 0
+    max_fit_error: float = MAX_FIT_ERROR
+
+
+def _around(value: int, low: int = 1) -> tuple[int, ...]:
+    return tuple(sorted({max(low, value // 2), value, value * 2}))
+
+
+def current_settings(w: EngineWindow, preset: str) -> tuple[Settings, list[str]]:
+    """The engine's settings as read (config, /server_info, cache_config_info); the preset's where unknown."""
+    from sim.presets import get_preset
+
+    p = get_preset(preset)
+    notes = []
+    seqs, batched = w.config.max_num_seqs, w.config.max_num_batched_tokens
+    if seqs is None:
+        seqs = p.default_max_num_seqs
+        notes.append(f"max_num_seqs unknown (config, /server_info): the twin assumes the preset's {seqs}")
+    if batched is None:
+        batched = p.default_max_num_batched_tokens
+        notes.append(f"max_num_batched_tokens unknown: the twin assumes the preset's {batched}")
+    return Settings(preset=preset, max_num_seqs=seqs, max_num_batched_tokens=batched,
+                    max_model_len=w.config.max_model_len,
+                    tensor_parallel_size=w.config.tensor_parallel_size or 1), notes
+
+
+def _runner(requests: Sequence[RequestSpec], window_s: float, slo: Mapping[str, float], seed: int
+            ) -> Callable[[Settings], Prediction | str]:
+    def go(s: Settings) -> Prediction | str:
+        try:
+            return run(s, requests, warmup_s=WARMUP_S, window_s=window_s, slo=slo, seed=seed)["engine"]
+        except (EngineArgsError, EngineStartError, GpuMemoryError, ValueError) as exc:
+            return f"the engine would refuse these settings: {exc}"
+    return go
+
+
+@dataclass
+class Fitted:
+    """What the route search needs of an engine's advice: its workload and its calibrated settings."""
+
+    profile: WorkloadProfile | None = None
+    settings: Settings | None = None
+
+
+def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = None) -> dict[str, Any]:
+    """Everything `doctor advise` says of one engine (the JSON object of schemas/advise.schema.json); `keep`
+    receives its workload and calibrated settings when the fit is good."""
+    started = time.perf_counter()
+    if len(w.chain) < 2:
+        raise AdviseError(f"{w.ref.name}: {len(w.chain)} read(s) of /metrics in the window; advice needs two or more "
+                          "(give --sample, or let `doctor diagnose` keep snapshots in the state directory)"
+                          + (f" ({'; '.join(w.problems)})" if w.problems else ""))
+    view = window_view(w.chain)
+    profile = profile_of(w.ref.name, w.ref.role, view, w.chain, w.config)
+    measured = measure(w.chain, w.config)
+    current, notes = current_settings(w, opts.preset)
+    twin_window = view.length_s  # the window's own arrivals, replayed per read interval
+    requests = draw(profile, duration_s=WARMUP_S + twin_window, seed=opts.seed,
+                    max_len=current.max_model_len or 32768, replay_from=WARMUP_S)
+    runner = _runner(requests, twin_window, opts.slo, opts.seed)
+
+    def strict(s: Settings) -> Prediction:
+        got = runner(s)
+        if isinstance(got, str):
+            raise AdviseError(f"{w.ref.name}: the twin cannot run the current settings: {got}")
+        return got
+
+    out: dict[str, Any] = {
+        "engine": w.ref.name, "role": w.ref.role, "model": w.model, "preset": opts.preset, "notes": notes,
+        "problems": list(w.problems), "workload": profile.to_dict(), "measured": measured.to_dict(),
+        "slo": dict(opts.slo),
+    }
+    if measured.requests < opts.min_requests:  # before any twin run: nothing to fit
+        out.update(fit=None, withheld=too_few(measured.requests, opts.min_requests), current=None, seed_rules=None,
+                   twin_best=None, grid=[], recommendation=None, took_s=round(time.perf_counter() - started, 3))
+        return out
+    fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests,
+                 max_error=opts.max_fit_error)
+    out.update(fit=fitted.to_dict(), withheld=fitted.withheld)
+    if fitted.withheld is not None:
+        out.update(current=None, seed_rules=None, twin_best=None, grid=[], recommendation=None,
+                   took_s=round(time.perf_counter() - started, 3))
+        return out
+    base = fitted.settings
+    if keep is not None:
+        keep.profile, keep.settings = profile, base
+    cur = Candidate("current", base, fitted.predicted)
+    batch, rule = seed_batch(profile)
+    seed_s = replace(base, max_num_seqs=batch)
+    seed_got = runner(seed_s)
+    seed_c = Candidate("seed rules", seed_s, None if isinstance(seed_got, str) else seed_got,
+                       rule if not isinstance(seed_got, str) else f"{rule}; {seed_got}")
+    space = opts.space
+    seqs = space.max_num_seqs or _around(base.max_num_seqs or 1)
+    batched = space.max_num_batched_tokens or _around(base.max_num_batched_tokens or 2048, 256)
+    candidates = [s for s in grid(base, seqs, batched, space.chunked_prefill) if s != base]
+    tried = search(base, candidates, runner)
+    pick = best(cur, [cur, *tried])
+    flags = " ".join(pick.settings.vllm_flags())
+    out.update(
+        current=cur.to_dict(), seed_rules=seed_c.to_dict(), twin_best=pick.to_dict(),
+        grid=[c.to_dict() for c in tried],
+        recommendation={"change": pick.settings != base, **settings_dict(pick.settings),
+                        "serve_line": f"vllm serve {w.model or 'MODEL'} {flags}"},
+        took_s=round(time.perf_counter() - started, 3),
+    )
+    return out
