@@ -113,10 +113,12 @@ async def read_metrics(client: httpx.AsyncClient, name: str, url: str, *, timeou
 
 
 async def read_engine(client: httpx.AsyncClient, name: str, url: str, *, timeout_s: float,
-                      with_identity: bool = True, clock: Callable[[], float] = time.time) -> list[Sample]:
+                      with_identity: bool = True, with_health: bool = True,
+                      clock: Callable[[], float] = time.time) -> list[Sample]:
     """Read health and metrics (and, the first time, version and models) concurrently."""
-    reads = [read_health(client, name, url, timeout_s=timeout_s, clock=clock),
-             read_metrics(client, name, url, timeout_s=timeout_s, clock=clock)]
+    reads = [read_metrics(client, name, url, timeout_s=timeout_s, clock=clock)]
+    if with_health:
+        reads.insert(0, read_health(client, name, url, timeout_s=timeout_s, clock=clock))
     if with_identity:
         reads += [read_version(client, name, url, timeout_s=timeout_s, clock=clock),
                   read_models(client, name, url, timeout_s=timeout_s, clock=clock),

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from collectors.combine import EngineReading, build_signals, describe, detection_of
-from collectors.httpsource import read_engine
+from collectors.httpsource import read_engine, read_health
 from collectors.names import Detection
 from collectors.routersource import RouterSnapshot, derive_router_signals, read_router
 from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
@@ -42,14 +42,14 @@ def engine_deadline_s(timeout_s: float) -> float:
 
 
 async def _bounded(gate: asyncio.Semaphore, name: str, url: str, client: httpx.AsyncClient, *, timeout_s: float,
-                   with_identity: bool, clock: Callable[[], float]) -> list[Sample]:
+                   with_identity: bool, clock: Callable[[], float], with_health: bool = True) -> list[Sample]:
     """One engine's read, waiting for a free slot, cut off at `engine_deadline_s` (its samples then carry why)."""
     async with gate:
         deadline = engine_deadline_s(timeout_s)
         try:
             async with asyncio.timeout(deadline):
                 return await read_engine(client, name, url, timeout_s=timeout_s, with_identity=with_identity,
-                                         clock=clock)
+                                         with_health=with_health, clock=clock)
         except TimeoutError:
             why = f"no complete answer within {deadline:g}s (request timeout {timeout_s:g}s)"
             return [Sample("health", name, clock(), error=f"/health: {why}"),
@@ -57,12 +57,14 @@ async def _bounded(gate: asyncio.Semaphore, name: str, url: str, client: httpx.A
 
 
 async def _read_round(client: httpx.AsyncClient, readings: list[EngineReading], *, timeout_s: float,
-                      identity: set[str], clock: Callable[[], float], concurrency: int) -> None:
+                      identity: set[str], clock: Callable[[], float], concurrency: int,
+                      skip_health: frozenset[str] = frozenset()) -> None:
     """One read of every engine, at most `concurrency` at once, each within its own deadline; /version, /v1/models
-    and /server_info too for those named in `identity`."""
+    and /server_info too for those named in `identity`; no /health for those in `skip_health`."""
     gate = asyncio.Semaphore(max(1, concurrency))
     results = await asyncio.gather(*(_bounded(gate, r.name, r.url, client, timeout_s=timeout_s,
-                                              with_identity=r.name in identity, clock=clock) for r in readings))
+                                              with_identity=r.name in identity, clock=clock,
+                                              with_health=r.name not in skip_health) for r in readings))
     for reading, samples in zip(readings, results, strict=True):
         reading.samples.extend(samples)
 
@@ -274,11 +276,18 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
                                      verify=tls_context()) as client:
             if once and memory is not None:
                 remembered = {name: memory.identity_for(name, started) for name in readings}
+                healthy = {name: h for name in readings if (h := memory.health_for(name, started)) is not None}
                 for name, samples in remembered.items():
-                    readings[name].samples.extend(samples or [])
+                    readings[name].samples.extend([*samples, *healthy.get(name, ())] if samples else
+                                                  list(healthy.get(name, ())))
                 await _read_round(client, everyone, timeout_s=opts.request_timeout_s,
                                   identity={n for n, s in remembered.items() if s is None}, clock=clock,
-                                  concurrency=concurrency)
+                                  concurrency=concurrency, skip_health=frozenset(healthy))
+                for name in healthy:  # /metrics failed where /health was not asked: ask it now
+                    metrics = readings[name].of("metrics")
+                    if metrics and metrics[-1].error is not None:
+                        readings[name].samples.append(await read_health(
+                            client, name, readings[name].url, timeout_s=opts.request_timeout_s, clock=clock))
                 if opts.router and (before := memory.router_before(opts.router, started)) is not None:
                     router_samples.append(before)
             else:

@@ -108,12 +108,44 @@ def test_a_long_lived_caller_reads_each_engine_once_while_its_previous_read_is_f
         reads, result = cycle()
         assert reads.count("hot.test/metrics") == 1 and slept == [5.0], reads  # one read, no wait
         assert reads.count("hot.test/version") == 0  # the identity is remembered...
+        assert reads.count("hot.test/health") == 0  # ...and the last /health 200, for 5 s
         assert result.signals["hot"].values.get("qps") is not None  # ...and the window opens on the kept reads
         assert result.signals["hot"].window_s >= 5.0
         assert result.report["engines"][0]["version"]  # the remembered /version still names the profile
     h.run_until(h.now + 10.0)  # more than fresh_s since the last read: two reads again, identity asked again
     reads, _ = cycle()
     assert reads.count("hot.test/metrics") == 2 and reads.count("hot.test/version") == 1
+    assert reads.count("hot.test/health") == 2
+
+
+def test_a_failed_metrics_read_asks_health_at_once(tmp_path: Path) -> None:
+    """The remembered /health 200 is not trusted when /metrics fails: /health is asked in the same cycle, so an
+    engine that went down is reported down by that cycle."""
+    import dataclasses
+
+    from doctor.read_memory import ReadMemory
+
+    h = _harness()
+    h.run_until(h.start + 100)
+    seen: list[tuple[str, float]] = []
+    plan = _plan(h, tmp_path, seen, [])
+    down = [False]
+    inner = plan.transport
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if down[0]:
+            return httpx.Response(503)
+        assert inner is not None
+        return await inner.handle_async_request(request)
+
+    plan = dataclasses.replace(plan, transport=httpx.MockTransport(handle), memory=ReadMemory(fresh_s=3.0))
+    asyncio.run(run_cycle(plan, clock=lambda: h.now))
+    h.run_until(h.now + 1.0)
+    down[0] = True
+    seen.clear()
+    result = asyncio.run(run_cycle(plan, clock=lambda: h.now))
+    assert result.signals["hot"].health == "unhealthy" and result.signals["hot"].health_status == 503
+    assert any(f.playbook == "engine_down" for f in [*result.findings, *result.pending])
 
 
 def test_two_doctors_judging_at_once_both_keep_their_for_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
