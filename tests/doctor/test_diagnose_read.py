@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -10,8 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,6 +24,7 @@ from doctor.diagnose import EXIT_CRITICAL, EXIT_OK, EXIT_UNUSABLE, EXIT_WARNING,
 from sim.loadgen import run_load
 from sim.testing import ALL_GRAPHED, engine_thread
 from sim.workload import RequestSpec
+from tests.badinput.crafted import metrics_server
 
 FAST = [*ALL_GRAPHED, "--time-scale", "0.1"]
 
@@ -95,33 +95,9 @@ def test_signals_agree_with_the_load_generator_over_http() -> None:
     assert client_ttfts[-1] >= sig.get("p50_ttft_s") * 0.5
 
 
-@contextmanager
-def _garbage_server() -> Iterator[str]:
+def _garbage_server() -> contextlib.AbstractContextManager[str]:
     """A real HTTP server whose /metrics answers garbage and whose /health is fine."""
-    import uvicorn
-    from starlette.applications import Starlette
-    from starlette.responses import PlainTextResponse
-    from starlette.routing import Route
-
-    async def metrics(request: object) -> PlainTextResponse:
-        return PlainTextResponse("vllm:num_requests_running{model_name=\"m\" 3\n\x00\x01garbage{{{\n")
-
-    async def health(request: object) -> PlainTextResponse:
-        return PlainTextResponse("")
-
-    app = Starlette(routes=[Route("/metrics", metrics), Route("/health", health)])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        threading.Event().wait(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    return metrics_server(lambda _n: "vllm:num_requests_running{model_name=\"m\" 3\n\x00\x01garbage{{{\n")
 
 
 def test_hung_metrics_and_garbage_scrape_do_not_stop_the_others(tmp_path: Path) -> None:
