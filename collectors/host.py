@@ -261,7 +261,8 @@ class LocalProcessFinder:
                 with contextlib.suppress(self.ps.NoSuchProcess, self.ps.AccessDenied):
                     start[proc.pid] = (self._cpu_seconds(proc), self.clock())
             self.sleep(interval_s)
-        readings = [r for r in (self._read_one(role, proc, start, notes) for role, proc in procs) if r is not None]
+        readings = [r for r in (self._read_one_at_once(role, proc, start, notes) for role, proc in procs)
+                    if r is not None]
         mem = self._host_memory(notes)
         api = next((r for r in readings if r.role == "api_server"), None)
         pinned = None if api is None or api.cpu_cores is None else api.cpu_cores >= PINNED_CORE_RATIO
@@ -269,6 +270,19 @@ class LocalProcessFinder:
             notes.append(f"API server pid {api.pid} is pinned: {api.cpu_cores:.0%} of a core")
         return HostReading(port=port, timestamp=time.time(), processes=tuple(readings), api_server_pinned=pinned,
                            notes=tuple(notes), **mem)
+
+    def _read_one_at_once(self, role: str, proc: Any, start: dict[int, tuple[float, float]],
+                          notes: list[str]) -> ProcessReading | None:
+        """`_read_one` with /proc/<pid>/stat and status read once for CPU, threads and title (psutil's oneshot)."""
+        oneshot = getattr(proc, "oneshot", None)
+        if oneshot is None:  # a stand-in process without it
+            return self._read_one(role, proc, start, notes)
+        try:
+            with oneshot():
+                return self._read_one(role, proc, start, notes)
+        except self.ps.NoSuchProcess:
+            notes.append(f"pid {int(proc.pid)} ({role}) exited while being read")
+            return None
 
     def _read_one(self, role: str, proc: Any, start: dict[int, tuple[float, float]],
                   notes: list[str]) -> ProcessReading | None:

@@ -56,6 +56,8 @@ class Family:
 # (the labels dicts are shared between scrapes: read-only). Cleared when it outgrows _HEADS_MAX.
 _HEADS: dict[str, tuple[str, dict[str, str]]] = {}
 _HEADS_MAX = 50_000
+# `# HELP|TYPE name rest` -> (HELP|TYPE, name, rest), likewise: the same comments come back in every scrape.
+_COMMENTS: dict[str, tuple[str, str, str]] = {}
 
 
 class _Unusual(Exception):
@@ -121,23 +123,28 @@ def _fast(text: str) -> list[Family]:
     samples: list[Sample] = []
     allowed: tuple[str, ...] = ()
     sample_match = _SAMPLE.fullmatch
-    heads = _HEADS
+    heads, comments = _HEADS, _COMMENTS
     if len(heads) > _HEADS_MAX:
         heads.clear()
+    if len(comments) > _HEADS_MAX:
+        comments.clear()
     for raw in text.split("\n"):
         line = raw.strip()
         if not line:
             continue
         if line[0] == "#":
-            if '"' in line:
-                raise _Unusual
-            c = _COMMENT.fullmatch(line)
-            if c is None:
-                parts = line.split(None, 3)
-                if (len(parts) > 2 and parts[1] not in ("HELP", "TYPE")) or len(parts) < 2:
-                    continue  # a plain comment: the library skips it too
-                raise _Unusual
-            kind, candidate, rest = c.group(1), c.group(2), c.group(3) or ""
+            comment = comments.get(line)
+            if comment is None:
+                if '"' in line:
+                    raise _Unusual
+                c = _COMMENT.fullmatch(line)
+                if c is None:
+                    parts = line.split(None, 3)
+                    if (len(parts) > 2 and parts[1] not in ("HELP", "TYPE")) or len(parts) < 2:
+                        continue  # a plain comment: the library skips it too
+                    raise _Unusual
+                comment = comments[line] = (c.group(1), c.group(2), c.group(3) or "")
+            kind, candidate, rest = comment
             if kind == "HELP":
                 if candidate != name:
                     if name:

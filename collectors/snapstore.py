@@ -90,6 +90,14 @@ class SnapshotStore:
         self.max_age_s = max_age_s
         self.clock = clock
         self._lines: JsonLines[Record] = JsonLines(self.path, _decode, _encode)
+        # Each engine's (URL, snapshots) as the records list says, kept up to date as lines are appended: the daemon
+        # asks three times a cycle per engine (freshness, load, save), and walking every engine's lines each time
+        # cost it 0.5 ms a cycle with two engines. Rebuilt when the records list is another (a rewrite, another
+        # process's compaction) or shorter.
+        self._indexed: list[Record] | None = None
+        self._indexed_count = 0
+        self._by_engine: dict[str, tuple[str, list[MetricsSnapshot]]] = {}
+        self._kept_cache: dict[str, tuple[int, int, str | None, list[MetricsSnapshot]]] = {}
 
     @property
     def problems(self) -> list[str]:
@@ -104,21 +112,32 @@ class SnapshotStore:
             log.warning(message)
             return []
 
-    def _kept(self, records: Sequence[Record], engine: str) -> tuple[str | None, list[MetricsSnapshot]]:
+    def _index(self, records: list[Record]) -> dict[str, tuple[str, list[MetricsSnapshot]]]:
+        """Every engine's URL now and its snapshots at that URL in file order (another URL: another engine under
+        that name, not a restart), brought up to date with the records appended since the last call."""
+        if records is not self._indexed or len(records) < self._indexed_count:
+            self._indexed, self._indexed_count, self._by_engine = records, 0, {}
+        by_engine = self._by_engine
+        for e, u, snap in records[self._indexed_count:]:
+            cur = by_engine.get(e)
+            if cur is None or cur[0] != u:
+                cur = by_engine[e] = (u, [])
+            cur[1].append(snap)
+        self._indexed_count = len(records)
+        return by_engine
+
+    def _kept(self, records: list[Record], engine: str) -> tuple[str | None, list[MetricsSnapshot]]:
         """The engine's URL now and its snapshots at that URL, oldest first, within the bounds."""
-        url: str | None = None
-        snaps: list[MetricsSnapshot] = []
-        for e, u, snap in records:
-            if e != engine:
-                continue
-            if u != url:  # another URL: another engine under that name, not a restart
-                url, snaps = u, []
-            snaps.append(snap)
-        snaps.sort(key=lambda s: s.timestamp)
+        cached = self._kept_cache.get(engine)
+        if cached is not None and cached[0] == self._lines.version and cached[1] == len(records) and not self.clock:
+            return cached[2], list(cached[3])
+        found = self._index(records).get(engine)
+        url, snaps = (None, []) if found is None else (found[0], sorted(found[1], key=lambda s: s.timestamp))
         if snaps:
             newest = max([snaps[-1].timestamp] + ([self.clock()] if self.clock else []))
             snaps = [s for s in snaps if s.timestamp >= newest - self.max_age_s][-self.max_per_engine:]
-        return url, snaps
+        self._kept_cache[engine] = (self._lines.version, len(records), url, snaps)
+        return url, list(snaps)
 
     def load(self, engine: str, url: str) -> list[MetricsSnapshot]:
         """The kept snapshots of one engine read at `url`, oldest first (bad lines are skipped)."""
@@ -140,7 +159,7 @@ class SnapshotStore:
             seen = {s.timestamp for s in kept} if current == url else set()
             self._lines.append((engine, url, s) for s in snapshots if s.timestamp not in seen)
             records = self._lines.records()
-            engines = {r[0] for r in records}
+            engines = list(self._index(records))
             if len(records) <= 2 * self.max_per_engine * len(engines) + 64:
                 return  # cannot hold twice what is kept yet (the precise count walks every engine's lines)
             live = [(e, u, s) for e in engines for u, snaps in [self._kept(records, e)] if u is not None

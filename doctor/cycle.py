@@ -45,6 +45,7 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     """Read every engine, evaluate the playbooks, act as the mode allows, and build the report."""
     # Imported here so that `doctor diagnose --help` stays fast.
     from doctor import __version__
+    from doctor.jsonout import dumps
     from doctor.pipeline import build_views, run_playbooks
     from doctor.reading import EngineHistory, open_history, open_store, read_all, record_history
     from doctor.state import StateDir
@@ -74,9 +75,10 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
     # once would otherwise each write what it read before the other's update (one update lost).
     with _for_state_lock(state_dir) if plan.history else contextlib.nullcontext():
         state: dict[str, dict[str, Any]] = state_dir.load_json("playbooks.json", {}) if plan.history else {}
+        was = dumps(state, sort_keys=True)
         findings = run_playbooks(views, state, now=now, settings=plan.settings,
                                  window_is_history=plan.since_s is not None, pending=pending)
-        if plan.history:
+        if plan.history and dumps(state, sort_keys=True) != was:  # most cycles change nothing: no rewrite
             state_dir.save_json("playbooks.json", state)
     record_history(history, results, now)
     actions: list[dict[str, Any]] = []

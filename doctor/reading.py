@@ -309,26 +309,39 @@ async def read_all(opts: Plan, history: SignalHistory | None, *,
                 memory.router[opts.router] = router_samples[-1]
         window = max(opts.sample_s, 0.0) if not once else 0.0
     _router_signals(opts, readings, router_samples)
-    log_since = started - max(window, 300.0)
-    for ref in opts.engines:
-        reading = readings[ref.name]
-        await asyncio.to_thread(_read_logs, ref, reading, log_since)
-        await asyncio.to_thread(_gpu_signals, ref, reading, history, timeout_s=opts.request_timeout_s,
-                                say=reading.errors_extra.append, clock=clock, transport=opts.sync_transport)
-        if finder is not None and _is_local(ref.url):
-            from collectors.host import local_process_signals
-
-            host = await asyncio.to_thread(finder.read, urlsplit(ref.url).port or 80)
-            reading.host_values, reading.host_reasons = local_process_signals(host)
+    chains = await asyncio.to_thread(_local_reads, opts, readings, history, store, finder,
+                                     log_since=started - max(window, 300.0), clock=clock)
     out = []
     for ref in opts.engines:
         reading = readings[ref.name]
-        chain = await asyncio.to_thread(_window_chain, store, ref, reading, opts.window_s)
+        chain = chains[ref.name]
         signals = build_signals(reading, window_s=window, long_prompt_tokens=opts.long_prompt_tokens,
                                 very_long_prompt_tokens=opts.very_long_prompt_tokens, chain=chain,
                                 min_requests=opts.min_requests)
         out.append(EngineResult(ref, reading, signals, detection_of(reading)))
     return out
+
+
+def _local_reads(opts: Plan, readings: dict[str, EngineReading], history: SignalHistory | None,
+                 store: SnapshotStore | None, finder: Any, *, log_since: float,
+                 clock: Callable[[], float]) -> dict[str, list[MetricsSnapshot] | None]:
+    """What each engine's reading needs from this host, off the event loop in one go (files, NVML or dcgm, psutil,
+    the snapshot store): its log's events, GPU and process signals, and its window chain. One hand-off a cycle, not
+    four per engine: each cost the daemon ~0.1 ms of CPU (thread wake-ups both ways)."""
+    chains: dict[str, list[MetricsSnapshot] | None] = {}
+    for ref in opts.engines:
+        reading = readings[ref.name]
+        _read_logs(ref, reading, log_since)
+        _gpu_signals(ref, reading, history, timeout_s=opts.request_timeout_s, say=reading.errors_extra.append,
+                     clock=clock, transport=opts.sync_transport)
+        if finder is not None and _is_local(ref.url):
+            from collectors.host import local_process_signals
+
+            host = finder.read(urlsplit(ref.url).port or 80)
+            reading.host_values, reading.host_reasons = local_process_signals(host)
+    for ref in opts.engines:
+        chains[ref.name] = _window_chain(store, ref, readings[ref.name], opts.window_s)
+    return chains
 
 
 def _all_fresh(opts: Plan, store: SnapshotStore | None, now: float, fresh_s: float) -> bool:

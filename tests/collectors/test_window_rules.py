@@ -181,3 +181,21 @@ def test_a_first_run_falls_back_to_its_own_two_reads() -> None:
         reading.samples.append(Sample("metrics", "hot", t, metrics=snap(t, finished=finished)))
     signals = build_signals(reading, window_s=5.0)
     assert signals.values["qps"] == pytest.approx(0.8) and signals.window_s == 5.0
+
+
+def test_the_stores_kept_index_agrees_with_a_fresh_read_of_the_file(tmp_path: Path) -> None:
+    """The store's per-engine index follows appends, URL changes and another process's compaction: what a
+    long-lived store answers is what a store opened on the file now answers."""
+    import random
+
+    path = tmp_path / "snapshots.jsonl"
+    rng = random.Random(7)
+    store, other = SnapshotStore(path, max_per_engine=6), SnapshotStore(path, max_per_engine=6)
+    for t in range(300):
+        engine, url = rng.choice(["hot", "cold", "x"]), rng.choice(["http://a", "http://a", "http://b"])
+        rng.choice([store, other]).save(engine, url, [snap(float(t))])
+        for e in ("hot", "cold", "x"):
+            for u in ("http://a", "http://b"):
+                want = [s.timestamp for s in SnapshotStore(path, max_per_engine=6).load(e, u)]
+                assert [s.timestamp for s in store.load(e, u)] == want, (t, e, u)
+                assert store.newest(e, u) == (want[-1] if want else None)
