@@ -8,6 +8,7 @@ said. A `history.json` of the older one-document format is taken over once.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
@@ -50,8 +51,11 @@ class SignalHistory:
         self.clock = clock
         self._lines: JsonLines[Row] = JsonLines(self.path, _decode, _encode)
         # The rows grouped by engine, for the version of the lines they were built from: a cycle's playbooks ask
-        # for many series and baselines.
+        # for many series and baselines. Brought up to date with only the rows appended since, while the lines
+        # are the same list (regrouping all of a day's rows after each append cost the daemon 0.3 ms a cycle).
         self._grouped: tuple[int, Entries] | None = None
+        self._grouped_from: list[Row] | None = None
+        self._grouped_count = 0
 
     @property
     def problems(self) -> list[str]:
@@ -68,13 +72,22 @@ class SignalHistory:
             log.warning(message)
             return {}
         if self._grouped is None or self._grouped[0] != self._lines.version:
-            entries: Entries = {}
-            for t, engine, values in self._lines.records():
-                entries.setdefault(engine, []).append((t, values))
-            for rows in entries.values():
-                rows.sort(key=lambda r: r[0])
+            records = self._lines.records()
+            if self._grouped is not None and records is self._grouped_from and len(records) >= self._grouped_count:
+                entries, new = self._grouped[1], records[self._grouped_count:]
+            else:
+                entries, new = {}, records
+            touched: set[str] = set()
+            for t, engine, values in new:
+                rows = entries.setdefault(engine, [])
+                if rows and t < rows[-1][0]:
+                    touched.add(engine)  # out of order (another process's clock): sorted below
+                rows.append((t, values))
+            for engine in touched:
+                entries[engine].sort(key=lambda r: r[0])
             self._prune(entries, self.clock())
             self._grouped = (self._lines.version, entries)
+            self._grouped_from, self._grouped_count = records, len(records)
         return self._grouped[1]
 
     def _migrate(self) -> None:
@@ -93,13 +106,15 @@ class SignalHistory:
         old.rename(old.with_name(old.name + ".migrated"))
 
     def _prune(self, entries: Entries, now: float) -> None:
+        """Drop, in place, rows older than max_age_s and beyond max_entries (each engine's rows are sorted)."""
         cutoff = now - self.max_age_s
         for engine in list(entries):
-            rows = [r for r in entries[engine] if r[0] >= cutoff][-self.max_entries:]
-            if rows:
-                entries[engine] = rows
-            else:
+            rows = entries[engine]
+            start = max(bisect.bisect_left(rows, cutoff, key=lambda r: r[0]), len(rows) - self.max_entries)
+            if start >= len(rows):
                 del entries[engine]
+            elif start > 0:
+                del rows[:start]
 
     def append(self, engine: str, timestamp: float, values: Mapping[str, float | None]) -> None:
         """Record one run's signals for an engine (None and non-finite values are skipped)."""
@@ -126,15 +141,43 @@ class SignalHistory:
 
     def series(self, engine: str, signal: str, since_s: float) -> list[tuple[float, float]]:
         """(timestamp, value) of one signal over the last `since_s` seconds, oldest first."""
-        cutoff = self.clock() - since_s
-        return [(t, v[signal]) for t, v in self._load().get(engine, []) if t >= cutoff and signal in v]
+        return _series(self._load(), self.clock(), engine, signal, since_s)
 
     def baseline(self, engine: str, signal: str, window_s: float, exclude_recent_s: float = 0.0) -> float | None:
         """Median of a signal over [now - window_s, now - exclude_recent_s); None without data."""
-        now = self.clock()
-        lo, hi = now - window_s, now - exclude_recent_s
-        vals = [v[signal] for t, v in self._load().get(engine, []) if lo <= t < hi and signal in v]
-        return statistics.median(vals) if vals else None
+        return _baseline(self._load(), self.clock(), engine, signal, window_s, exclude_recent_s)
 
     def engines(self) -> list[str]:
         return sorted(self._load())
+
+    def frozen(self) -> FrozenHistory:
+        """The history as it is now, read once: for a cycle's many series and baselines (each call here takes the
+        file's lock and looks at the file again), and one consistent view while another process appends."""
+        entries = self._load()
+        return FrozenHistory({engine: list(rows) for engine, rows in entries.items()}, self.clock)
+
+
+class FrozenHistory:
+    """`SignalHistory.frozen()`: the same series and baselines, from the rows read when it was made."""
+
+    def __init__(self, entries: Entries, clock: Callable[[], float]) -> None:
+        self._entries = entries
+        self.clock = clock
+
+    def series(self, engine: str, signal: str, since_s: float) -> list[tuple[float, float]]:
+        return _series(self._entries, self.clock(), engine, signal, since_s)
+
+    def baseline(self, engine: str, signal: str, window_s: float, exclude_recent_s: float = 0.0) -> float | None:
+        return _baseline(self._entries, self.clock(), engine, signal, window_s, exclude_recent_s)
+
+
+def _series(entries: Entries, now: float, engine: str, signal: str, since_s: float) -> list[tuple[float, float]]:
+    cutoff = now - since_s
+    return [(t, v[signal]) for t, v in entries.get(engine, []) if t >= cutoff and signal in v]
+
+
+def _baseline(entries: Entries, now: float, engine: str, signal: str, window_s: float,
+              exclude_recent_s: float) -> float | None:
+    lo, hi = now - window_s, now - exclude_recent_s
+    vals = [v[signal] for t, v in entries.get(engine, []) if lo <= t < hi and signal in v]
+    return statistics.median(vals) if vals else None

@@ -66,9 +66,10 @@ async def run_cycle(plan: Plan, *, clock: Callable[[], float] = time.time) -> Cy
         in_progress = remediator.guard.in_progress()
     elif plan.history:
         in_progress = _in_progress(plan, clock)
+    frozen = history.frozen() if history else None  # one read for the playbooks' many baselines
     views = build_views([r.reading for r in results], {r.ref.name: r.signals for r in results}, now=now,
                         settings=plan.settings,
-                        history_for=(lambda name: EngineHistory(history, name)) if history else None,
+                        history_for=(lambda name: EngineHistory(frozen, name)) if frozen else None,
                         in_progress=lambda name: name in in_progress)
     pending: list[Finding] = []
     # The playbooks' `for` state is read, updated and written under one lock: cron and the daemon judging at

@@ -27,7 +27,7 @@ from doctor.engines import EngineRef
 from doctor.read_memory import ReadMemory
 
 if TYPE_CHECKING:
-    from collectors.history import SignalHistory
+    from collectors.history import FrozenHistory, SignalHistory
     from collectors.snapstore import SnapshotStore
     from doctor.plan import Plan
 
@@ -186,7 +186,7 @@ class EngineResult:
 class EngineHistory:
     """The state directory's history seen from one engine (playbooks.base.HistoryView)."""
 
-    def __init__(self, history: SignalHistory, engine: str) -> None:
+    def __init__(self, history: SignalHistory | FrozenHistory, engine: str) -> None:
         self.history = history
         self.engine = engine
 

@@ -59,3 +59,28 @@ def test_history_is_rewritten_only_when_it_holds_twice_what_it_keeps(tmp_path: P
         h.append_many(float(t), {"hot": {"qps": float(t)}, "cold": {"qps": 1.0}})
         assert len(path.read_text().splitlines()) <= 2 * 20 + 64 + 2
     assert [v for _, v in h.series("hot", "qps", 1000.0)] == [float(t) for t in range(190, 200)]
+
+
+def test_the_kept_grouping_agrees_with_a_fresh_read_of_the_file(tmp_path: Path) -> None:
+    """Rows appended since the last read are grouped on top of the last grouping: with two writers, rows out of
+    order (another process's clock), pruning by age and count and the compaction, a long-lived history answers
+    what a history opened on the file now answers; a frozen view answers as the history did when it was made."""
+    import random
+
+    path = tmp_path / "history.jsonl"
+    rng = random.Random(3)
+    now = [1000.0]
+    mine, other = (SignalHistory(path, max_entries_per_engine=20, max_age_s=60.0, clock=lambda: now[0])
+                   for _ in range(2))
+    for _ in range(400):
+        now[0] += 0.5
+        t = now[0] - (rng.random() * 5 if rng.random() < 0.2 else 0.0)
+        rng.choice([mine, other]).append_many(t, {e: {"qps": rng.random()} for e in rng.sample(["hot", "cold"], 1)})
+        fresh = SignalHistory(path, max_entries_per_engine=20, max_age_s=60.0, clock=lambda: now[0])
+        for engine in ("hot", "cold"):
+            assert mine.series(engine, "qps", 30.0) == fresh.series(engine, "qps", 30.0)
+            assert mine.baseline(engine, "qps", 60.0, 5.0) == fresh.baseline(engine, "qps", 60.0, 5.0)
+    frozen = mine.frozen()
+    before = frozen.series("hot", "qps", 30.0)
+    other.append_many(now[0], {"hot": {"qps": 42.0}})
+    assert frozen.series("hot", "qps", 30.0) == before and mine.series("hot", "qps", 30.0)[-1][1] == 42.0
