@@ -67,6 +67,10 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
     """The remediator over `engines` (default: the config's), with the I/O given (default: the network, local
     processes, this machine's clock)."""
     ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ, engines=engines)
+    if launcher is None and any(e.kubernetes is not None for e in config.engines):
+        from doctor.remedy.k8s_launcher import launcher_factory  # engines in Kubernetes: patch their workloads
+
+        launcher = launcher_factory(config)
     pool = sorted(config.bounds.gpu_pool)  # the engines' own GPUs are never spare: no pool, none known
     dcgm = {e.name: e.dcgm for e in ctx.engines.values() if e.dcgm}
     registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ, clock=clock,
