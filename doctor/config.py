@@ -16,10 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from doctor.config_k8s import K8sWorkload, k8s_workload
 from doctor.config_notify import NotifySettings, notify_settings
 from doctor.config_schema import (
     Checker,
@@ -34,6 +33,9 @@ from doctor.config_schema import (
 from doctor.config_serve import ServeSettings, serve_settings
 from doctor.engines import EngineRef, Role
 from playbooks import registry
+
+if TYPE_CHECKING:
+    from doctor.config_k8s import K8sWorkload
 
 __all__ = ["ConfigError", "DoctorConfig", "EngineConfig", "load_config"]
 
@@ -396,10 +398,17 @@ def _engine(t: Table, path: Path | None) -> EngineConfig:
         max_model_len=t.integer("max_model_len", minimum=1, maximum=MAX_TOKENS),
         tensor_parallel_size=t.integer("tensor_parallel_size", minimum=1, maximum=MAX_GPUS), gpu_memory_utilization=gmu,
         slo=slo, thresholds=_thresholds(t.sub("thresholds")), playbooks=enabled,
-        kubernetes=k8s_workload(t.sub("kubernetes")) if t.has("kubernetes") else None)
+        kubernetes=_kubernetes(t))
     if eng.launcher:
         _check_launcher(t, eng)
     return eng
+
+
+def _kubernetes(t: Table) -> K8sWorkload | None:
+    """[engines.kubernetes] (doctor/config_k8s.py), None when absent."""
+    from doctor.config_k8s import k8s_workload
+
+    return k8s_workload(t.sub("kubernetes")) if t.has("kubernetes") else None
 
 
 def _file(value: str | None, config_path: Path | None) -> Path | None:

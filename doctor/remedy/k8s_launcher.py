@@ -402,13 +402,15 @@ class K8sLauncher:
         """The flags' previous values (None: the flag was not there), for the inverse action."""
         flagged = next((e for e in edits if "args" in e.before or "command" in e.before), None)
         if flagged is None:
-            return {k: None for k in changes}
+            return {k: 1 if k == "tensor_parallel_size" else None for k in changes}
         field = "args" if "args" in flagged.before else "command"
         f = Flags.of({"name": flagged.name, field: flagged.before[field]})
         prev = {}
         for key in changes:
             value = f.get(key)
             prev[key] = int(value) if isinstance(value, str) and value.isdigit() else value
+        if "tensor_parallel_size" in prev and prev["tensor_parallel_size"] is None:
+            prev["tensor_parallel_size"] = 1  # vLLM's default; undoing sets the GPU limit back to it too
         return prev
 
     def _undo(self, api: _Api, wl: K8sWorkload, undo: Any) -> str:

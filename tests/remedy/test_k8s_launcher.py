@@ -107,7 +107,8 @@ def test_tensor_parallel_change_sets_the_flag_and_the_gpu_resources(replayed: tu
     assert container["args"][-2:] == ["--tensor-parallel-size", "2"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "2"
-    assert applied.inverse is not None and applied.inverse.params == {"tensor_parallel_size": None, "restore": True}
+    # undone by tensor_parallel_size 1 (vLLM's default, the flag was absent): the flag and the GPU limit back to 1
+    assert applied.inverse is not None and applied.inverse.params == {"tensor_parallel_size": 1, "restore": True}
 
 
 @pytest.mark.parametrize("replayed", ["rollout_stuck"], indirect=True)
