@@ -140,6 +140,29 @@ def test_unschedulable_pod_is_refused_with_the_schedulers_reason(replayed: tuple
     assert "3 Insufficient nvidia.com/gpu" in text and "rolled back" in text
 
 
+@pytest.mark.parametrize("replayed", ["autoscaler_scale_up"], indirect=True)
+def test_unschedulable_pod_with_a_node_on_the_way_is_waited_for(replayed: tuple[Replay, K8sLauncher],
+                                                                tmp_path: Path) -> None:
+    replay, launcher = replayed
+    applied = _apply(launcher, _ctx(tmp_path), "scale_out", "hot", add_replicas=1)
+    replay.assert_all_used()  # pods, the pod's events (TriggeredScaleUp by cluster-autoscaler), a second watch
+    assert "rolled out: 3 of 3 replicas available" in applied.steps[-1]
+
+
+def test_rollout_outlasting_the_timeout_is_patched_back(tmp_path: Path) -> None:
+    ticks = iter(range(0, 10_000, 400))  # a virtual clock: 400 s pass between two looks at it
+    with api_server(load("rollout_timeout")) as replay:
+        config = kubernetes.client.Configuration(host=replay.url)
+        launcher = K8sLauncher({"hot": HOT}, clock=lambda: float(next(ticks)),
+                               api_factory=lambda wl: kubernetes.client.ApiClient(config))
+        with pytest.raises(ActuatorError) as err:
+            _apply(launcher, _ctx(tmp_path), "relaunch", "hot", max_num_seqs=128)
+        replay.assert_all_used()
+    assert "did not finish rolling out within 600s (1 of 2 new replicas updated)" in str(err.value)
+    assert "rolled back" in str(err.value)
+    assert replay.seen[2]["query"]["timeoutSeconds"] == "30"
+
+
 @pytest.mark.parametrize("replayed", ["lws_tp_change"], indirect=True)
 def test_leaderworkerset_takes_a_json_patch_of_leader_script_and_gpus(replayed: tuple[Replay, K8sLauncher],
                                                                       tmp_path: Path) -> None:
