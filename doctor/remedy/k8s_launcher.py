@@ -264,8 +264,9 @@ class K8sLauncher:
     # ----- planning ------------------------------------------------------------------------------
 
     def resolve(self, obj: Mapping[str, Any], wl: K8sWorkload, target: EngineTarget,
-                changes: Mapping[str, Any]) -> dict[str, Any]:
-        """The vLLM flags to change; "lower" resolved against the workload's own flags (else the config's)."""
+                changes: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The vLLM flags to change ("lower" resolved against the workload's own flags, else the config's) and
+        their values now (None: not set; tensor_parallel_size 1, vLLM's default), for the inverse action."""
         path, spec, _ = next(t for t in _templates(obj, wl) if t[2])
         flags = Flags.of(spec["containers"][container_index(spec, wl.container, f"{wl.describe()} {path}")])
         out: dict[str, Any] = {}
@@ -284,7 +285,13 @@ class K8sLauncher:
             if isinstance(value, str) and any(c in value for c in ";&|`$\n"):
                 raise Refused(f"{key}: {value!r} is not a plain value")
             out[key] = value
-        return out
+        prev: dict[str, Any] = {}
+        for key in out:
+            now = flags.get(key)
+            prev[key] = int(now) if isinstance(now, str) and now.isdigit() else now
+        if prev.get("tensor_parallel_size", 0) is None:
+            prev["tensor_parallel_size"] = 1  # undoing also sets the GPU limit back to 1
+        return out, prev
 
     def _replicas(self, obj: Mapping[str, Any], wl: K8sWorkload, p: Mapping[str, Any]) -> int | None:
         current = int((obj.get("spec") or {}).get("replicas", 1))
@@ -302,9 +309,9 @@ class K8sLauncher:
         return want
 
     def plan(self, obj: Mapping[str, Any], wl: K8sWorkload, target: EngineTarget, ctx: ActuatorContext,
-             params: Mapping[str, Any]) -> tuple[list[ContainerEdit], int | None, dict[str, Any]]:
-        """The container edits, the new replica count (None: unchanged) and the flags changed."""
-        changes = self.resolve(obj, wl, target, params)
+             params: Mapping[str, Any]) -> tuple[list[ContainerEdit], int | None, dict[str, Any], dict[str, Any]]:
+        """The container edits, the new replica count (None: unchanged), the flags changed and their values now."""
+        changes, before = self.resolve(obj, wl, target, params)
         tp = changes.get("tensor_parallel_size")
         if tp is not None:
             cap = ctx.bounds.get("tensor_parallel_max")
@@ -327,7 +334,7 @@ class K8sLauncher:
         replicas = self._replicas(obj, wl, params)
         if not edits and replicas is None and (changes or any(k in params for k in REPLICA_KEYS)):
             raise Refused(f"{wl.describe()}: the action changes nothing (params {dict(params)})")
-        return edits, replicas, changes
+        return edits, replicas, changes, before
 
     # ----- acting --------------------------------------------------------------------------------
 
@@ -357,7 +364,7 @@ class K8sLauncher:
                   kind: str) -> Applied:
         api = self._api(wl)
         obj = api.read()
-        edits, replicas, changes = self.plan(obj, wl, target, ctx, params)
+        edits, replicas, changes, before = self.plan(obj, wl, target, ctx, params)
         rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         old_replicas = int((obj.get("spec") or {}).get("replicas", 1))
         build = strategic_patch if wl.deployment else json_patch
@@ -380,7 +387,6 @@ class K8sLauncher:
                 raise Refused(text)
             raise ActuatorError(text)
         steps.append(f"{wl.describe()} {outcome.message}")
-        before = self._before(edits, changes)
         for key, value in changes.items():
             target.args[key] = value
         inverse: Action | None
@@ -397,21 +403,6 @@ class K8sLauncher:
                              description="relaunch with the previous arguments") if changes else None
         return Applied(inverse, tuple(steps), {"kubernetes": wl.describe(), "generation": gen,
                                                "args": dict(changes), "replicas": replicas})
-
-    def _before(self, edits: list[ContainerEdit], changes: Mapping[str, Any]) -> dict[str, Any]:
-        """The flags' previous values (None: the flag was not there), for the inverse action."""
-        flagged = next((e for e in edits if "args" in e.before or "command" in e.before), None)
-        if flagged is None:
-            return {k: 1 if k == "tensor_parallel_size" else None for k in changes}
-        field = "args" if "args" in flagged.before else "command"
-        f = Flags.of({"name": flagged.name, field: flagged.before[field]})
-        prev = {}
-        for key in changes:
-            value = f.get(key)
-            prev[key] = int(value) if isinstance(value, str) and value.isdigit() else value
-        if "tensor_parallel_size" in prev and prev["tensor_parallel_size"] is None:
-            prev["tensor_parallel_size"] = 1  # vLLM's default; undoing sets the GPU limit back to it too
-        return prev
 
     def _undo(self, api: _Api, wl: K8sWorkload, undo: Any) -> str:
         if undo is None:
