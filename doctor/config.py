@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from doctor.config_notify import NotifySettings, notify_settings
@@ -33,6 +33,9 @@ from doctor.config_schema import (
 from doctor.config_serve import ServeSettings, serve_settings
 from doctor.engines import EngineRef, Role
 from playbooks import registry
+
+if TYPE_CHECKING:
+    from doctor.config_k8s import K8sWorkload
 
 __all__ = ["ConfigError", "DoctorConfig", "EngineConfig", "load_config"]
 
@@ -75,6 +78,7 @@ class EngineConfig:
     slo: Mapping[str, float] = field(default_factory=dict)
     thresholds: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     playbooks: Mapping[str, bool] = field(default_factory=dict)  # per-engine enabled overrides
+    kubernetes: K8sWorkload | None = None  # [engines.kubernetes]: its Deployment or LeaderWorkerSet
 
     def ref(self) -> EngineRef:
         args: dict[str, int | float] = {k: v for k in (*ENGINE_ARGS, "gpu_memory_utilization")
@@ -268,7 +272,7 @@ DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_re
                "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals",
                "max_concurrent_reads")
 ENGINE_KEYS = ("name", "role", "url", "log", "log_command", "gpus", "dcgm", "selector", "launcher", *ENGINE_ARGS,
-               "gpu_memory_utilization", "slo", "thresholds", "playbooks")
+               "gpu_memory_utilization", "slo", "thresholds", "playbooks", "kubernetes")
 
 
 def load_config(path: Path) -> DoctorConfig:
@@ -393,10 +397,18 @@ def _engine(t: Table, path: Path | None) -> EngineConfig:
         max_num_batched_tokens=t.integer("max_num_batched_tokens", minimum=1, maximum=MAX_TOKENS),
         max_model_len=t.integer("max_model_len", minimum=1, maximum=MAX_TOKENS),
         tensor_parallel_size=t.integer("tensor_parallel_size", minimum=1, maximum=MAX_GPUS), gpu_memory_utilization=gmu,
-        slo=slo, thresholds=_thresholds(t.sub("thresholds")), playbooks=enabled)
+        slo=slo, thresholds=_thresholds(t.sub("thresholds")), playbooks=enabled,
+        kubernetes=_kubernetes(t))
     if eng.launcher:
         _check_launcher(t, eng)
     return eng
+
+
+def _kubernetes(t: Table) -> K8sWorkload | None:
+    """[engines.kubernetes] (doctor/config_k8s.py), None when absent."""
+    from doctor.config_k8s import k8s_workload
+
+    return k8s_workload(t.sub("kubernetes")) if t.has("kubernetes") else None
 
 
 def _file(value: str | None, config_path: Path | None) -> Path | None:

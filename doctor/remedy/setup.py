@@ -70,8 +70,18 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
     pool = sorted(config.bounds.gpu_pool)  # the engines' own GPUs are never spare: no pool, none known
     dcgm = {e.name: e.dcgm for e in ctx.engines.values() if e.dcgm}
     registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ, clock=clock,
-                                transport=transport, sleep=sleep, launcher=launcher, sync_transport=sync_transport)
+                                transport=transport, sleep=sleep, sync_transport=sync_transport,
+                                launcher=launcher if launcher is not None else _kubernetes_launcher(config))
     starter = registry.by_kind.get("scale_out")
     count = getattr(starter, "free_gpu_count", None)
     return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx, clock=clock,
                       spare_gpus=(lambda: count(ctx)) if count is not None else None)
+
+
+def _kubernetes_launcher(config: DoctorConfig) -> LauncherFactory | None:
+    """The Kubernetes launcher when an engine has [engines.kubernetes] (doctor/remedy/k8s_launcher.py), else None."""
+    if not any(e.kubernetes is not None for e in config.engines):
+        return None
+    from doctor.remedy.k8s_launcher import launcher_factory
+
+    return launcher_factory(config)
