@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from doctor.config_launcher import LauncherSettings, launcher_settings
 from doctor.config_notify import NotifySettings, notify_settings
 from doctor.config_schema import (
     Checker,
@@ -213,6 +214,7 @@ class DoctorConfig:
     bounds: Bounds = Bounds()
     notify: NotifySettings = field(default_factory=NotifySettings)
     serve: ServeSettings = field(default_factory=ServeSettings)  # [serve]: the daemon (doctor/config_serve.py)
+    launcher: LauncherSettings = field(default_factory=LauncherSettings)  # [launcher] (doctor/config_launcher.py)
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
@@ -262,7 +264,7 @@ class DoctorConfig:
 # ---------------------------------------------------------------- loading
 
 TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router", "prometheus", "escalation",
-            "maintenance", "bounds", "notify", "serve")
+            "maintenance", "bounds", "notify", "serve", "launcher")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
                "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
                "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals",
@@ -360,7 +362,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
         maintenance=tuple(_window(t) for t in root.tables("maintenance")), bounds=bounds,
         notify=notify_settings(root.sub("notify"), lambda v: _file(v, path)),
-        serve=serve_settings(root.sub("serve"), path, _file))
+        serve=serve_settings(root.sub("serve"), path, _file), launcher=launcher_settings(root.sub("launcher")))
 
 
 def _engine(t: Table, path: Path | None) -> EngineConfig:
