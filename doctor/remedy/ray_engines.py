@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -77,6 +80,9 @@ class RayEngines:
 
     def ray(self) -> Any:
         """The ray module, connected to the cluster (first use only)."""
+        loaded = sys.modules.get("ray")
+        if loaded is None or not loaded.is_initialized():
+            self._check_reachable()  # before the import: an unreachable cluster costs no `import ray`
         import ray
 
         if not ray.is_initialized():
@@ -87,6 +93,17 @@ class RayEngines:
                 raise PlacementError(f"cannot connect to the Ray cluster at {self.address or 'RAY_ADDRESS/auto'}: "
                                      f"{exc}") from None
         return ray
+
+    def _check_reachable(self, timeout_s: float = 5.0) -> None:
+        """PlacementError at once when the address does not answer (ray.init retries an absent GCS for minutes)."""
+        address = self.address or os.environ.get("RAY_ADDRESS") or ""
+        host, sep, port = address.removeprefix("ray://").rpartition(":")
+        if not sep or not port.isdigit():
+            return  # auto / local: Ray finds the node's own cluster
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        except OSError as exc:
+            raise PlacementError(f"cannot reach the Ray cluster at {address}: {exc}") from None
 
     def nodes(self) -> list[Node]:
         """The alive nodes with their GPUs, total and free now."""
@@ -272,6 +289,16 @@ class RayEngines:
         """A port to ask for: free here; the actor keeps it when it is free on its node too, else picks one there."""
         del host  # the node is not known before Ray places the engine
         return any_free_port("0.0.0.0")
+
+
+def ray_records(dir: Path, settings: Any) -> list[LaunchedEngine]:
+    """The engines a [launcher] backend = "ray" doctor started, for a cycle to read where they run now; none (and
+    a warning) when the cluster cannot be reached, so the cycle reads the configured engines."""
+    try:
+        return RayEngines(dir, address=settings.ray_address, namespace=settings.ray_namespace).adopt()
+    except ActuatorError as exc:
+        logging.getLogger("doctor.remedy").warning("the Ray launcher's engines cannot be listed: %s", exc)
+        return []
 
 
 def _as_dict(rec: LaunchedEngine) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from doctor.config_launcher import LauncherSettings
 from doctor.remedy.launcher import LocalLauncher
 from doctor.remedy.model import ActuatorContext, Applied, EngineTarget, LaunchedEngine, Refused
-from doctor.remedy.ray_engines import RayEngines
+from doctor.remedy.ray_engines import PlacementError, RayEngines
 from doctor.remedy.router_actuator import RouterActuator
 from playbooks.model import Action
 
@@ -65,31 +65,45 @@ class RayLauncher(LocalLauncher):
         return self.ray_engines.launch(slot, target.name, line, url=placed.url, args=merged, role=target.role)
 
     def spare_gpus(self, ctx: ActuatorContext, bytes_ratio: float = 0.9) -> list[int]:
-        """Slots 0..n-1 for the n GPUs free on the freest alive node (Ray picks the node and the devices)."""
-        return list(range(self.ray_engines.most_free_gpus()))
+        """Slots 0..n-1 for the n GPUs free on the freest alive node (Ray picks the node and the devices); none
+        while the cluster cannot be reached."""
+        try:
+            return list(range(self.ray_engines.most_free_gpus()))
+        except PlacementError:
+            return []
 
     def free_gpu_count(self, ctx: ActuatorContext) -> int | None:
-        return self.ray_engines.most_free_gpus()
+        """The GPUs free on the freest node; None (unknown) while the cluster cannot be reached."""
+        try:
+            return self.ray_engines.most_free_gpus()
+        except PlacementError:
+            return None
 
     # ----- refusals with Ray's reason -----------------------------------------------------------------
 
     def check(self, action: Action, ctx: ActuatorContext) -> None:
+        try:
+            self._check_ray(action, ctx)
+        except PlacementError as exc:  # the cluster cannot be reached: nothing can be placed
+            raise Refused(str(exc)) from None
+        super().check(action, ctx)
+
+    def _check_ray(self, action: Action, ctx: ActuatorContext) -> None:
         target = ctx.engines.get(action.target)
         p = action.params
-        if target is not None and action.kind == "scale_out" and "remove_replica" not in p:
-            tp = p.get("tensor_parallel_size")
-            if tp is None and any(k in p for k in ("add_replicas", "replicas")):
-                need = self._tp(target, {})
-                if self.ray_engines.most_free_gpus() < need:
-                    raise Refused(f"{target.name}: a replica needs {need} GPU(s) on one node and no Ray node has "
-                                  f"them free (free/total GPUs per node: {self.ray_engines.describe()})")
-            elif isinstance(tp, int) and not isinstance(tp, bool):
-                best = max([self.ray_engines.most_free_gpus(), *self._own_node_free(target)])
-                if tp > best:
-                    raise Refused(f"{target.name}: tensor_parallel_size {tp} needs {tp} GPUs on one node; the most "
-                                  f"a node can give is {best} (free/total GPUs per node: "
-                                  f"{self.ray_engines.describe()})")
-        super().check(action, ctx)
+        if target is None or action.kind not in self.kinds or "remove_replica" in p:
+            return
+        tp = p.get("tensor_parallel_size")
+        if action.kind == "scale_out" and tp is None and any(k in p for k in ("add_replicas", "replicas")):
+            need = self._tp(target, {})
+            if self.ray_engines.most_free_gpus() < need:
+                raise Refused(f"{target.name}: a replica needs {need} GPU(s) on one node and no Ray node has "
+                              f"them free (free/total GPUs per node: {self.ray_engines.describe()})")
+        elif isinstance(tp, int) and not isinstance(tp, bool):
+            best = max([self.ray_engines.most_free_gpus(), *self._own_node_free(target)])
+            if tp > best:
+                raise Refused(f"{target.name}: tensor_parallel_size {tp} needs {tp} GPUs on one node; the most "
+                              f"a node can give is {best} (free/total GPUs per node: {self.ray_engines.describe()})")
 
     def _own_node_free(self, target: EngineTarget) -> list[int]:
         """What the engine's own node can give it in place: its free GPUs plus the engine's own."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,3 +153,4 @@ def loopback_cluster(workers: dict[str, int]):  # type: ignore[no-untyped-def]
         yield cluster
     finally:
         cluster.stop()
+        shutil.rmtree(temp, ignore_errors=True)

@@ -7,6 +7,7 @@ cluster alone takes ~30 s to start on 2 cores.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -21,8 +22,11 @@ import httpx
 import psutil
 import pytest
 
+from doctor.config_launcher import LauncherSettings
+from doctor.engines import EngineRef
+from doctor.launched import with_launched
 from doctor.remedy.model import ActuatorContext, ActuatorError, EngineTarget, LaunchedEngine, Refused
-from doctor.remedy.ray_engines import PlacementError, RayEngines
+from doctor.remedy.ray_engines import PlacementError, RayEngines, ray_records
 from doctor.remedy.ray_launcher import RayLauncher
 from doctor.remedy.router_actuator import RouterActuator
 from playbooks.model import Action
@@ -156,6 +160,12 @@ def test_scale_out_places_the_replica_on_the_node_with_free_gpus_and_refuses_wha
                                       r"127\.0\.0\.2 0 of 2, 127\.0\.0\.3 0 of 2"):
         lau.check(Action("scale_out", "hot", {"add_replicas": 1}), ctx)
 
+    # nor a tensor-parallel degree no node has GPUs for
+    with pytest.raises(Refused, match=r"tensor_parallel_size 3 needs 3 GPUs on one node; the most a node can give "
+                                      r"is 2 \(free/total GPUs per node: "):
+        lau.check(Action("scale_out", "hot", {"tensor_parallel_size": 3}), dataclasses.replace(
+            ctx, bounds={"tensor_parallel_max": 4}))
+
     # what Ray itself cannot place is given up after placement_timeout_s, and nothing stays pending
     lau.ray_engines.placement_timeout_s = 2.0
     started = time.monotonic()
@@ -180,10 +190,13 @@ def test_a_restarted_doctor_adopts_the_engines_it_started(stack: Stack, cluster:
     import ray
 
     ray.shutdown()  # the doctor process goes away; its detached actors stay
-    again = RayEngines(cluster.state / "engines", address=cluster.ray.address, namespace=cluster.namespace)
-    adopted = again.adopt()
+    settings = LauncherSettings("ray", cluster.ray.address, cluster.namespace)
+    adopted = ray_records(cluster.state / "engines", settings)  # what each cycle reads (doctor.cycle)
     assert [(r.name, r.url, r.pid) for r in adopted] == [("hot", stack.hot.url, stack.hot.pid)]
-    assert again.alive(adopted[0]) and healthy(stack.hot.url)
+    configured = EngineRef(name="hot", role="hot", url="http://127.0.0.1:8000")
+    assert [e.url for e in with_launched([configured], adopted)] == [stack.hot.url]  # read where Ray put it
+    again = RayEngines(cluster.state / "engines", address=cluster.ray.address, namespace=cluster.namespace)
+    assert again.alive(adopted[0]) and healthy(stack.hot.url) and again.record_for("hot") == adopted[0]
 
 
 def test_a_node_killed_mid_relaunch_is_reconciled(stack: Stack, cluster: Cluster) -> None:

@@ -16,6 +16,7 @@ import pytest
 from doctor.config import config_from_dict
 from doctor.config_schema import ConfigError
 from doctor.remedy.ray_actor import argv_of
+from playbooks.model import Action
 
 
 def test_the_launcher_table_selects_the_backend() -> None:
@@ -99,3 +100,20 @@ def test_the_engine_dies_with_its_actor(tmp_path: Path) -> None:
             if p.info["cmdline"] == ["sleep", marker]:
                 p.kill()
     assert (tmp_path / "e.log").read_text().startswith("=== serving-doctor launcher: starting ")
+
+
+def test_an_unreachable_cluster_is_refused_at_once(tmp_path: Path) -> None:
+    """No Ray at the address: refused with the reason (ray.init alone would retry for minutes), and a cycle reads
+    the configured engines."""
+    from doctor.config_launcher import LauncherSettings
+    from doctor.remedy.model import ActuatorContext, EngineTarget, Refused
+    from doctor.remedy.ray_engines import ray_records
+    from doctor.remedy.ray_launcher import RayLauncher
+
+    lau = RayLauncher(tmp_path, address="127.0.0.1:1", router=None)
+    hot = EngineTarget("hot", "hot", "http://127.0.0.1:8000", launcher="vllm serve m --port {port}")
+    ctx = ActuatorContext(engines={"hot": hot}, state_dir=tmp_path)
+    with pytest.raises(Refused, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1"):
+        lau.check(Action("scale_out", "hot", {"add_replicas": 1}), ctx)
+    assert lau.free_gpu_count(ctx) is None and lau.spare_gpus(ctx) == []
+    assert ray_records(tmp_path / "engines", LauncherSettings("ray", "127.0.0.1:1")) == []
