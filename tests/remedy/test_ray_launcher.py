@@ -33,7 +33,7 @@ from playbooks.model import Action
 from router.config import RouterConfig
 from router.server import RouterThread, router_thread
 from sim.testing import engine_thread
-from tests.remedy.ray_cluster import LoopbackCluster, loopback_cluster
+from tests.remedy.ray_cluster import LoopbackCluster, RayNode, loopback_cluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(240),
               pytest.mark.skipif(os.environ.get("SERVING_DOCTOR_RAY_TESTS") != "1",
@@ -99,6 +99,19 @@ def healthy(url: str) -> bool:
         return False
 
 
+def free_gpus(lau: RayLauncher, want: dict[str, float] | None = None, total: float | None = None) -> dict[str, float]:
+    """Free GPUs per node as the GCS reports them, waited for (bounded) until they read `want` or sum to `total`:
+    a stopped actor's GPUs come back to the GCS's view a moment later."""
+    deadline = time.monotonic() + 30
+    while True:
+        free = {n.host: n.free_gpus for n in lau.ray_engines.nodes()}
+        ok = (want is None or all(free.get(h) == v for h, v in want.items())) and (
+            total is None or sum(free.values()) == total)
+        if ok or time.monotonic() > deadline:
+            return free
+        time.sleep(0.2)
+
+
 @dataclass
 class Stack:
     launcher: RayLauncher
@@ -120,6 +133,7 @@ def stack(cluster: Cluster) -> Iterator[Stack]:
     try:
         run(lau.wait_healthy(rec))
         target.url, target.gpus = rec.url, rec.gpus
+        free_gpus(lau, total=sum(n.gpus for n in lau.ray_engines.nodes()) - 2)  # what earlier tests stopped is free
         with engine_thread(["m", "--time-scale", "0.1", "--max-model-len", "4096"]) as cold:
             cfg = RouterConfig(hot=[rec.url], cold=[cold.url], port=0, policy_file="", health_interval_s=0.2,
                                route_threshold_tokens=1000)
@@ -139,7 +153,7 @@ def test_engines_are_placed_by_ray_with_the_gpus_it_assigned(stack: Stack) -> No
     assert host in WORKERS and healthy(hot.url)  # a worker node's address: the head has no GPUs
     assert environ(hot.pid)["CUDA_VISIBLE_DEVICES"] == "0,1" and hot.gpus == (0, 1)
     assert f"--host {host}" in hot.command and "--tensor-parallel-size 2" in hot.command
-    free = {n.host: n.free_gpus for n in stack.launcher.ray_engines.nodes()}
+    free = free_gpus(stack.launcher, total=2)
     assert free[host] == 0 and sum(free.values()) == 2  # the other worker's two
 
 
@@ -183,7 +197,7 @@ def test_scale_out_places_the_replica_on_the_node_with_free_gpus_and_refuses_wha
     assert applied.inverse is not None
     run(lau.apply(applied.inverse, ctx))
     assert [u["url"] for u in stack.upstreams("hot")] == [stack.hot.url] and not healthy(replica["url"])
-    assert {n.host: n.free_gpus for n in lau.ray_engines.nodes()}[other] == 2
+    assert free_gpus(lau, want={other: 2})[other] == 2
 
 
 def test_a_restarted_doctor_adopts_the_engines_it_started(stack: Stack, cluster: Cluster) -> None:
@@ -199,31 +213,32 @@ def test_a_restarted_doctor_adopts_the_engines_it_started(stack: Stack, cluster:
     assert again.alive(adopted[0]) and healthy(stack.hot.url) and again.record_for("hot") == adopted[0]
 
 
+async def relaunch_and_kill(stack: Stack, node: RayNode, killed: list[psutil.Process]) -> BaseException | None:
+    """Relaunch `hot`; once its new engine runs (a slow start-up: the sim models vLLM's), `node` dies."""
+    lau = stack.launcher
+    task = asyncio.ensure_future(lau.apply(Action("relaunch", "hot", {"max_num_seqs": 6, "sim_startup_scale": 3.0}),
+                                           stack.ctx))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not task.done() and not any(
+            r.name == "hot" and r.pid != stack.hot.pid for r in await asyncio.to_thread(lau.adopt)):
+        await asyncio.sleep(0.2)
+    killed.extend(await asyncio.to_thread(node.kill))
+    try:
+        await task
+    except BaseException as exc:  # the test looks at what it was
+        return exc
+    return None
+
+
 def test_a_node_killed_mid_relaunch_is_reconciled(stack: Stack, cluster: Cluster) -> None:
-    """Runs last: it takes a worker node away. Blue/green puts the new engine on the other node; that node dies
+    """Runs next to last: it takes a worker node away. Blue/green puts the new engine on the other node; that node dies
     while the engine starts; the relaunch fails, the old engine stays in service and the lost one's record is
     gone (a restarted doctor adopts only the old)."""
     lau, ctx = stack.launcher, stack.ctx
     hot_host = urlsplit(stack.hot.url).hostname
     other = next(n for n in cluster.ray.nodes if n.host in WORKERS and n.host != hot_host)
     killed: list[psutil.Process] = []
-
-    async def relaunch_and_kill() -> BaseException | None:
-        # a slow start-up for the new engine (the sim models vLLM's), so the node dies while it starts
-        task = asyncio.ensure_future(lau.apply(Action("relaunch", "hot", {"max_num_seqs": 6,
-                                                                          "sim_startup_scale": 3.0}), ctx))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(urlsplit(r.url).hostname == other.host
-                                                      for r in await asyncio.to_thread(lau.adopt)):
-            await asyncio.sleep(0.2)
-        killed.extend(await asyncio.to_thread(other.kill))
-        try:
-            await task
-        except BaseException as exc:  # the test looks at what it was
-            return exc
-        return None
-
-    err = run(relaunch_and_kill())
+    err = run(relaunch_and_kill(stack, other, killed))
     assert killed and isinstance(err, ActuatorError), err
     assert "before becoming healthy" in str(err) and "the old engine stayed in service" in str(err)
     assert not [p for p in killed if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
@@ -235,3 +250,21 @@ def test_a_node_killed_mid_relaunch_is_reconciled(stack: Stack, cluster: Cluster
     assert [(r.name, r.url) for r in lau.adopt()] == [("hot", stack.hot.url)]
     with pytest.raises(Refused, match=r"no Ray node has them free"):  # what is left has no room for a replica
         lau.check(Action("scale_out", "hot", {"add_replicas": 1}), ctx)
+
+
+def test_the_last_node_lost_mid_in_place_relaunch_is_reported_and_leaves_no_record(stack: Stack,
+                                                                                 cluster: Cluster) -> None:
+    """Runs last, on the one worker left: no GPU is spare, so the relaunch is in place (drained at the router,
+    stopped, started again on its own node); that node dies while the new engine starts. The rollback cannot
+    bring the old engine back (its node is gone) and says so; the router has the engine back in rotation (it
+    fails over by health), and no record of a lost engine stays."""
+    lau = stack.launcher
+    node = next(n for n in cluster.ray.nodes if n.host == urlsplit(stack.hot.url).hostname)
+    assert lau.spare_gpus(stack.ctx) == []
+    killed: list[psutil.Process] = []
+    err = run(relaunch_and_kill(stack, node, killed))
+    assert killed and isinstance(err, ActuatorError), err
+    assert "rollback FAILED: the old engine did not come back" in str(err) and "is not alive in the Ray cluster" in \
+        str(err), err
+    assert [u["state"] for u in stack.upstreams("hot")] == ["active"]  # resumed, not left draining
+    assert lau.adopt() == [] and not healthy(stack.hot.url)
