@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,20 @@ _PR_SET_PDEATHSIG = 1
 _ASSIGN = "="
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: its own session (its group is stopped as one) and SIGKILL when the actor dies."""
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _die_with(parent: int) -> Callable[[], None]:
+    """What the child runs before exec (its own session comes from start_new_session): SIGKILL when the actor's
+    process dies, or at once when it already has. libc is loaded here, in the parent: the child only calls it."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the engine does not die with its actor
+        return lambda: None
+
+    def child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return child
 
 
 def argv_of(line: str) -> tuple[list[str], dict[str, str]] | None:
@@ -90,6 +99,8 @@ class EngineActor:
         """Start the engine's command line here, output appended to `log` (after a start mark); its record back
         with the pid."""
         child_env = {k: v for k, v in {**os.environ, **env}.items() if k not in drop_env}
+        if "CUDA_VISIBLE_DEVICES" in os.environ:  # Ray's assignment, whatever the doctor's environment says
+            child_env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         Path(log).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with os.fdopen(fd, "ab") as out:
@@ -100,11 +111,11 @@ class EngineActor:
                 argv, assigned = simple
                 self.proc = subprocess.Popen(argv, env={**child_env, **assigned}, stdin=subprocess.DEVNULL,
                                              stdout=out, stderr=subprocess.STDOUT, close_fds=True,
-                                             preexec_fn=_die_with_parent)
+                                             start_new_session=True, preexec_fn=_die_with(os.getpid()))
             else:
                 self.proc = subprocess.Popen(["/bin/sh", "-c", line], env=child_env, stdin=subprocess.DEVNULL,
                                              stdout=out, stderr=subprocess.STDOUT, close_fds=True,
-                                             preexec_fn=_die_with_parent)
+                                             start_new_session=True, preexec_fn=_die_with(os.getpid()))
         self.record = {**record, "pid": self.proc.pid, "log": log, "started_at": time.time()}
         return self.record
 

@@ -213,8 +213,9 @@ class RayEngines:
         """The engines of this namespace whose actors are alive (an actor whose node died is gone, record and all)."""
         ray = self.ray()
         out = []
-        for actor_name in ray.util.list_named_actors():
-            if not actor_name.startswith(ACTOR_PREFIX):
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            actor_name = str(entry["name"])
+            if entry["namespace"] != self.namespace or not actor_name.startswith(ACTOR_PREFIX):
                 continue
             try:
                 actor = ray.get_actor(actor_name, namespace=self.namespace)
