@@ -51,7 +51,7 @@ unit: $(STAMP) debian-packages
 test: lint typecheck unit
 
 # The Ray launcher backend on a real 3-node Ray cluster on loopback (tests/remedy/test_ray_launcher.py; make test
-# runs only its smoke, tests/remedy/test_ray_smoke.py): about 80 s on 2 cores, most of it the cluster starting.
+# runs only its smoke, tests/remedy/test_ray_smoke.py): 43-79 s on 2 cores (load), 17-46 s of it the cluster starting.
 .PHONY: test-ray
 test-ray: $(STAMP)
 	SERVING_DOCTOR_RAY_TESTS=1 nice -n 10 $(BIN)/pytest -q -p no:cacheprovider tests/remedy/test_ray_launcher.py
