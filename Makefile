@@ -50,6 +50,12 @@ unit: $(STAMP) debian-packages
 
 test: lint typecheck unit
 
+# The Ray launcher backend on a real 3-node Ray cluster on loopback (tests/remedy/test_ray_launcher.py; make test
+# runs only its smoke, tests/remedy/test_ray_smoke.py): 43-79 s on 2 cores (load), 17-46 s of it the cluster starting.
+.PHONY: test-ray
+test-ray: $(STAMP)
+	SERVING_DOCTOR_RAY_TESTS=1 nice -n 10 $(BIN)/pytest -q -p no:cacheprovider tests/remedy/test_ray_launcher.py
+
 # Coverage-guided fuzzing (atheris) of every outside-input parser, FUZZ_SECONDS per target (tests/fuzz/run.py);
 # corpora, crash artifacts and logs in build/fuzz/, the counts in build/fuzz/summary.json. make test runs a smoke of
 # the same targets over their seeds and mutants (tests/fuzz/test_fuzz_smoke.py).

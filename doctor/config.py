@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from doctor.config_launcher import LauncherSettings, launcher_settings
 from doctor.config_notify import NotifySettings, notify_settings
 from doctor.config_schema import (
     Checker,
@@ -217,6 +218,7 @@ class DoctorConfig:
     bounds: Bounds = Bounds()
     notify: NotifySettings = field(default_factory=NotifySettings)
     serve: ServeSettings = field(default_factory=ServeSettings)  # [serve]: the daemon (doctor/config_serve.py)
+    launcher: LauncherSettings = field(default_factory=LauncherSettings)  # [launcher] (doctor/config_launcher.py)
 
     # -- doctor.pipeline.PlaybookSettings
     def params_for(self, playbook_id: str, engine: str) -> Mapping[str, float]:
@@ -266,7 +268,7 @@ class DoctorConfig:
 # ---------------------------------------------------------------- loading
 
 TOP_KEYS = ("doctor", "engines", "thresholds", "playbooks", "templates", "router", "prometheus", "escalation",
-            "maintenance", "bounds", "notify", "serve")
+            "maintenance", "bounds", "notify", "serve", "launcher")
 DOCTOR_KEYS = ("state_dir", "mode", "timeout_s", "sample_s", "window_s", "min_requests", "request_timeout_s",
                "verify_s", "long_prompt_tokens", "very_long_prompt_tokens", "kill_switch_file", "hourly_action_budget",
                "fleet_breaker_ratio", "cooldown_s", "length_limit_lift_after_s", "length_limit_lift_max_refusals",
@@ -340,6 +342,12 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
     if bounds.batch_timeout_min_ms > bounds.batch_timeout_max_ms:
         raise b.error("batch_timeout_min_ms", f"must be <= batch_timeout_max_ms ({bounds.batch_timeout_max_ms}), "
                                               f"got {bounds.batch_timeout_min_ms}")
+    launcher = launcher_settings(root.sub("launcher"))
+    on_k8s = [e.name for e in engines if e.kubernetes is not None]
+    if launcher.backend == "ray" and on_k8s:
+        raise ConfigError(str(path), "launcher.backend",
+                          f"\"ray\" with [engines.kubernetes] for {', '.join(on_k8s)}: an engine is started by one "
+                          "launcher (Ray, or its Kubernetes workload), not both; remove one")
     return DoctorConfig(
         path=path, state_dir=_file(state_dir, path),
         mode=cast(Mode, d.string("mode", "observe", choices=MODES)),
@@ -364,7 +372,7 @@ def config_from_dict(doc: dict[str, Any], checker: Checker | None = None, path: 
         escalation=Escalation(esc.url("alertmanager_url"), esc.url("webhook_url")),
         maintenance=tuple(_window(t) for t in root.tables("maintenance")), bounds=bounds,
         notify=notify_settings(root.sub("notify"), lambda v: _file(v, path)),
-        serve=serve_settings(root.sub("serve"), path, _file))
+        serve=serve_settings(root.sub("serve"), path, _file), launcher=launcher)
 
 
 def _engine(t: Table, path: Path | None) -> EngineConfig:

@@ -170,6 +170,12 @@ def _with_launched(plan: Plan) -> Plan:
     from doctor.launched import with_launched
 
     procs: Any = plan.processes
+    launcher = getattr(_config(plan), "launcher", None)
+    if procs is None and launcher is not None and launcher.backend == "ray":
+        from doctor.remedy.ray_engines import ray_records
+
+        records = ray_records(Path(plan.state_dir) / "engines", launcher)
+        return dataclasses.replace(plan, engines=with_launched(plan.engines, records)) if records else plan
     if procs is None:
         if not (Path(plan.state_dir) / "engines").is_dir():
             return plan

@@ -67,6 +67,10 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
     """The remediator over `engines` (default: the config's), with the I/O given (default: the network, local
     processes, this machine's clock)."""
     ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ, engines=engines)
+    if launcher is None and config.launcher.backend == "ray":  # imported here: only a Ray deployment pays for it
+        from doctor.remedy.ray_launcher import ray_launcher_factory
+
+        launcher = ray_launcher_factory(config.launcher, state_dir, env=environ, sleep=sleep)
     pool = sorted(config.bounds.gpu_pool)  # the engines' own GPUs are never spare: no pool, none known
     dcgm = {e.name: e.dcgm for e in ctx.engines.values() if e.dcgm}
     registry = default_registry(state_dir, gpu_pool=pool or None, dcgm_urls=dcgm, env=environ, clock=clock,

@@ -323,3 +323,11 @@ def test_line_index_follows_arrays_inline_tables_and_multiline_strings() -> None
     assert idx[("engines", 0, "slo", "p99_e2e_s")] == 7 and idx[("engines", 1)] == 8
     assert idx[("engines", 1, "quoted.key")] == 9
     assert idx[("engines", 1, "thresholds", "kv_pressure", "waiting")] == 10
+
+
+def test_ray_and_kubernetes_launchers_for_one_deployment_is_a_config_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "d.toml"
+    cfg.write_text('[launcher]\nbackend = "ray"\n[[engines]]\nname = "hot"\nurl = "http://127.0.0.1:8000"\n'
+                   '[engines.kubernetes]\ndeployment = "vllm-hot"\n')
+    with pytest.raises(ConfigError, match=r"launcher.backend.*not both"):
+        load_config(cfg)
