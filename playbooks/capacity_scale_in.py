@@ -48,8 +48,9 @@ decision, and the guardrails' cooldown (`cooldown_s`) spaces the steps. Undo: ad
         evidence = [Evidence("replicas", float(len(pool)), float(n), view.window_s, ">",
                              f"{verdict.why}; {verdict.victim} was added by the doctor")]
         if verdict.kv is not None:
-            evidence.append(Evidence("kv_cache_usage", verdict.kv, p["pool_kv_saturated_ratio"] - p["pool_kv_spare_ratio"],
-                                     view.window_s, "<", f"mean over {n} replicas"))
+            evidence.append(Evidence("kv_cache_usage", verdict.kv,
+                                     p["pool_kv_saturated_ratio"] - p["pool_kv_spare_ratio"], view.window_s, "<",
+                                     f"mean over {n} replicas"))
         if verdict.queue is not None:
             evidence.append(Evidence("waiting", verdict.queue, p["pool_queue_saturated"] - p["pool_queue_spare"],
                                      view.window_s, "<", f"mean over {n} replicas"))

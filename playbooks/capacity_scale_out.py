@@ -97,30 +97,24 @@ room is spread better instead (`replica_imbalance`); giving replicas back is `ca
                 Evidence(kv_signal, kv, p["kv_headroom_ratio"], view.window_s, "<", "KV headroom left")]
 
     def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
-        current = view.config.max_num_seqs
-        slots = condition.details.get("cause") in ("slots", "both") and current
-        more_seqs = Action("relaunch", view.name,
-                           {"max_num_seqs": int((current or 0) * view.params["max_num_seqs_raise_factor"])},
-                           inverse={"max_num_seqs": current}, risk="medium",
-                           description="more sequence slots: the KV cache has room for them")
+        tp = getattr(view.config, "tensor_parallel_size", None)  # not in EngineConfigView yet
+        target_tp = int(tp) * 2 if isinstance(tp, int) and tp > 0 else 2
+        shards = Action("scale_out", view.name, {"tensor_parallel_size": target_tp},
+                        inverse={"tensor_parallel_size": tp if isinstance(tp, int) else 1}, risk="medium",
+                        description=f"relaunch with --tensor-parallel-size {target_tp}")
         replica, why_not = replica_scale_out(view, view.params)
+        current = view.config.max_num_seqs
+        more_seqs = [Action("relaunch", view.name,
+                            {"max_num_seqs": int(current * view.params["max_num_seqs_raise_factor"])},
+                            inverse={"max_num_seqs": current}, risk="medium",
+                            description="more sequence slots: the KV cache has room for them")] \
+            if condition.details.get("cause") in ("slots", "both") and current else []
         if len(pool_of(view)) >= 2:
             # a pool scales by replicas, judged as a whole: nothing while one is starting, spread when it has room
             if replica is not None:
-                return [replica, *([more_seqs] if slots else [])]
-            return [] if "starting" in why_not else ([more_seqs] if slots else [])
-        tp = getattr(view.config, "tensor_parallel_size", None)  # not in EngineConfigView yet
-        target_tp = int(tp) * 2 if isinstance(tp, int) and tp > 0 else 2
-        actions = [
-            Action("scale_out", view.name, {"tensor_parallel_size": target_tp},
-                   inverse={"tensor_parallel_size": tp if isinstance(tp, int) else 1}, risk="medium",
-                   description=f"relaunch with --tensor-parallel-size {target_tp}"),
-        ]
-        if replica is not None:
-            actions.append(replica)
-        if slots:
-            actions.append(more_seqs)
-        return actions
+                return [replica, *more_seqs]
+            return [] if "starting" in why_not else more_seqs
+        return [shards, *([replica] if replica is not None else []), *more_seqs]
 
 
 PLAYBOOK = CapacityScaleOut()

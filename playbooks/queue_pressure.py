@@ -107,8 +107,9 @@ the pool is saturated, as many as its demand needs, in one action on the pool's 
                       {"max_tokens": int(p["length_limit_tokens"]), "expires_in_s": int(p["length_limit_expires_s"])},
                       inverse={"max_tokens": None}, risk="medium",
                       description="shed load: reject prompts over the limit with 413 until it expires")
-        scale: Action | None = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1}, risk="medium",
-                       description="add capacity: another replica (or more tensor-parallel shards)")
+        scale: Action | None = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1},
+                                      risk="medium",
+                                      description="add capacity: another replica (or more tensor-parallel shards)")
         if len(pool_of(view)) >= 2:  # a pool is judged as a whole (playbooks.pool): one action, sized to the need
             pooled, why_not = replica_scale_out(view, {**POOL_DEFAULTS, **p})
             if pooled is None and "starting" in why_not:

@@ -11,8 +11,9 @@ direction changes, and the short requests' P99 TTFT before, during and after the
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from doctor.config import DoctorConfig
@@ -112,7 +113,7 @@ def figures(result: RunResult, sc: PoolScenario, *, settle_s: float = 600.0) -> 
             size += delta
             sizes.append((t, size))
     phases: list[str] = []
-    for (_, a), (_, b) in zip(sizes, sizes[1:], strict=False):
+    for (_, a), (_, b) in itertools.pairwise(sizes):
         way = "out" if b > a else "in"
         if not phases or phases[-1] != way:
             phases.append(way)

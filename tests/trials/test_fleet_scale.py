@@ -7,12 +7,13 @@ only I/O is the harness's (trials.fleet, trials.efficacy). One run, about 20 s o
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
 
-from trials.fleet import Figures, figures, pool_surge, run_pool
 from trials.efficacy.result import RunResult
+from trials.fleet import Figures, figures, pool_surge, run_pool
 
 GPUS = 7  # hot x4 + cold use 5: a budget of 2 more replicas, under what the surge needs
 
@@ -53,7 +54,7 @@ def test_it_scales_back_in_one_replica_at_a_time_after_the_surge(surge: tuple[Ru
     assert [a["params"]["remove_replica"] for a in ins] == ["hot-r3", "hot-r2"]  # newest first, only added ones
     end_of_surge = 120.0 + 420.0
     assert all(a["t_s"] >= end_of_surge for a in ins)
-    assert all(b["t_s"] - a["t_s"] >= 300.0 for a, b in zip(ins, ins[1:], strict=False))  # the cooldown
+    assert all(b["t_s"] - a["t_s"] >= 300.0 for a, b in itertools.pairwise(ins))  # the cooldown
     assert fig.final == 4
 
 
