@@ -55,6 +55,9 @@ FIRES_WHEN: dict[str, str] = {
     "throughput_drop": "throughput more than %(drop_ratio)s below its baseline while demand holds",
     "capacity_scale_out": "more than %(qps)s requests/s on one engine, or sequence slots saturated "
                           "(%(slots_saturated_ratio)s) with requests waiting and KV usage under %(kv_headroom_ratio)s",
+    "capacity_scale_in": "a pool holds a replica the doctor added and its load, spread over one fewer, stays "
+                         "under the scale-up triggers with headroom (mean KV under 0.70, waiting under 2, batch "
+                         "utilization under %(pool_target_utilization_ratio)s), no replica starting",
     "prefix_cache_miss": "prefix-cache hit rate under %(prefix_hit_ratio)s on an engine with prompt templates",
     "api_server_cpu_bound": "the API server process at %(process_cpu_cores)s of a core or more while the GPU idles "
                             "(SM or DRAM utilization under %(gpu_idle_ratio)s)",

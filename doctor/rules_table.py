@@ -453,4 +453,6 @@ RULES: tuple[RuleSpec, ...] = (
 NO_RULE: dict[str, str] = {
     "cuda_oom": "needs the engine's log (torch.OutOfMemoryError / `CUDA out of memory`); vLLM exports no OOM "
                 "counter, and a crash shows up as engine_down",
+    "capacity_scale_in": "judges a whole pool against the replicas the doctor itself added; over-provisioning "
+                         "pages nobody, so there is no alert to raise",
 }

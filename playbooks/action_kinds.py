@@ -52,7 +52,11 @@ ACTION_TABLE: Mapping[str, ActionKind] = {a.kind: a for a in (
     _engine("defragment", "vllm_admin", "medium", False,
             "engine: drain at the router, /sleep + /wake_up with freed memory verified, else relaunch"),
     _engine("scale_out", "launcher", "medium", True,
-            "engine: relaunch with more tensor-parallel shards (params.tensor_parallel_size) or a replica"),
+            "engine: relaunch with more tensor-parallel shards (params.tensor_parallel_size) or add "
+            "params.add_replicas replicas behind the router"),
+    ActionKind("scale_in", "engine", "launcher", "medium", "scale_out",
+               "engine: remove the added replica params.remove_replica (router upstream removed, in-flight requests "
+               "finish, process stopped)"),
     _engine("warm_up", "vllm_admin", "low", False, "engine: requests at batch 4/8/16 x 512/1024/2048 tokens"),
     _router("stop_routing", "medium", "router: drain the engine (no new requests; in-flight ones finish)",
             per_upstream=True, escalates=True),

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
-from playbooks.pool import POOL_DEFAULTS, judge, pool_of
+from playbooks.pool import POOL_DEFAULTS, pool_of, replica_scale_out
 
 
 class CapacityScaleOut(Playbook):
@@ -41,11 +41,17 @@ tail latency. KV-bound saturation (KV usage high) is `kv_pressure`, not this.
 a replica behind the router. When the slots are full with KV to spare, relaunching with a higher
 `--max-num-seqs` is the cheaper third option (watch `kv_pressure` afterwards).
 
-**A pool of replicas.** When the engine has same-role peers, a replica is added only when the pool, not
+**A pool of replicas.** When the engine has same-role peers, replicas are added only when the pool, not
 this one replica, is saturated, by llm-d's workload-variant-autoscaler rule: a replica is saturated at
 KV usage >= 0.80 or >= 5 waiting; across the others, mean spare KV under 0.10 or mean spare queue under 3
-(or none left) means one more replica, proposed first; and none while a replica is still starting (the
-doctor acting on it, or up under 5 minutes). A pool with room is spread better instead (`replica_imbalance`).
+(or none left) means more replicas; none while a replica is still starting (the doctor acting on it, or up
+under 5 minutes: its capacity is coming, and nothing else is done meanwhile). How many: enough to serve the
+pool's demand (its completions, its queue's growth over the last 2 minutes and its backlog drained within
+5 minutes) at 80% of what a saturated replica completes, at least one and at most the pool's size again
+per decision (AIBrix's 2x rate limit), and never more than the free GPUs hold (the doctor trims the count
+to its GPU budget). A pool proposes one action, on its first engine (the anchor), however many replicas
+find it saturated; it scales by replicas, never by a tensor-parallel relaunch of one member. A pool with
+room is spread better instead (`replica_imbalance`); giving replicas back is `capacity_scale_in`.
 """
 
     def check(self, view: EngineView) -> Condition | None:
@@ -93,29 +99,22 @@ doctor acting on it, or up under 5 minutes). A pool with room is spread better i
     def remedies(self, view: EngineView, condition: Condition) -> list[Action]:
         tp = getattr(view.config, "tensor_parallel_size", None)  # not in EngineConfigView yet
         target_tp = int(tp) * 2 if isinstance(tp, int) and tp > 0 else 2
-        actions = [
-            Action("scale_out", view.name, {"tensor_parallel_size": target_tp},
-                   inverse={"tensor_parallel_size": tp if isinstance(tp, int) else 1}, risk="medium",
-                   description=f"relaunch with --tensor-parallel-size {target_tp}"),
-        ]
-        replica = Action("scale_out", view.name, {"replicas": 1}, inverse={"replicas": -1}, risk="medium",
-                         description="add a replica behind the router")
-        pool = pool_of(view)
-        if len(pool) < 2:
-            actions.append(replica)
-        else:
-            state = judge(pool, view.params)
-            if state.scale_up:
-                actions.insert(0, Action(replica.kind, replica.target, replica.params, inverse=replica.inverse,
-                                         risk=replica.risk, description=f"add a replica: the {view.role} pool is "
-                                         f"saturated ({state.describe()})"))
+        shards = Action("scale_out", view.name, {"tensor_parallel_size": target_tp},
+                        inverse={"tensor_parallel_size": tp if isinstance(tp, int) else 1}, risk="medium",
+                        description=f"relaunch with --tensor-parallel-size {target_tp}")
+        replica, why_not = replica_scale_out(view, view.params)
         current = view.config.max_num_seqs
-        if condition.details.get("cause") in ("slots", "both") and current:
-            actions.append(Action("relaunch", view.name,
-                                  {"max_num_seqs": int(current * view.params["max_num_seqs_raise_factor"])},
-                                  inverse={"max_num_seqs": current}, risk="medium",
-                                  description="more sequence slots: the KV cache has room for them"))
-        return actions
+        more_seqs = [Action("relaunch", view.name,
+                            {"max_num_seqs": int(current * view.params["max_num_seqs_raise_factor"])},
+                            inverse={"max_num_seqs": current}, risk="medium",
+                            description="more sequence slots: the KV cache has room for them")] \
+            if condition.details.get("cause") in ("slots", "both") and current else []
+        if len(pool_of(view)) >= 2:
+            # a pool scales by replicas, judged as a whole: nothing while one is starting, spread when it has room
+            if replica is not None:
+                return [replica, *more_seqs]
+            return [] if "starting" in why_not else more_seqs
+        return [shards, *([replica] if replica is not None else []), *more_seqs]
 
 
 PLAYBOOK = CapacityScaleOut()

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
+from playbooks.pool import POOL_DEFAULTS, pool_of, replica_scale_out
 
 
 class QueuePressure(Playbook):
@@ -47,7 +48,9 @@ the limit, not the batching.
 engine's max in flight at the router. When the engine itself is full, add capacity (a replica or
 more tensor-parallel shards), and meanwhile shed load with the emergency length limit (prompts over
 8192 tokens get 413 for an hour at most; lifted early once it refuses nothing, or only a trickle, and
-no engine has a queue).
+no engine has a queue). An engine with same-role replicas is one of a pool: replicas are added only when
+the pool is saturated, as many as its demand needs, in one action on the pool's first engine
+(`capacity_scale_out` says how), and nothing is done while a replica is still starting.
 """
 
     def _at_least(self, view: EngineView, signal: str, param: str | None = None) -> Evidence | None:
@@ -104,21 +107,31 @@ no engine has a queue).
                       {"max_tokens": int(p["length_limit_tokens"]), "expires_in_s": int(p["length_limit_expires_s"])},
                       inverse={"max_tokens": None}, risk="medium",
                       description="shed load: reject prompts over the limit with 413 until it expires")
-        scale = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1}, risk="medium",
-                       description="add capacity: another replica (or more tensor-parallel shards)")
+        scale: Action | None = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1},
+                                      risk="medium",
+                                      description="add capacity: another replica (or more tensor-parallel shards)")
+        if len(pool_of(view)) >= 2:  # a pool is judged as a whole (playbooks.pool): one action, sized to the need
+            pooled, why_not = replica_scale_out(view, {**POOL_DEFAULTS, **p})
+            if pooled is None and "starting" in why_not:
+                return []  # a replica is still starting: its capacity is coming
+            scale = pooled
         if condition.details.get("router_bound") == "yes" and cap:
             raise_cap = Action("set_max_in_flight", "router",
                                {"engine": view.name, "max_in_flight": int(cap * p["max_in_flight_factor_ratio"]) + 1},
                                inverse={"engine": view.name, "max_in_flight": cap}, risk="low",
                                description="the router's cap holds requests back while the engine has room")
-            return [raise_cap, scale, shed]
+            return [raise_cap, *_some(scale), shed]
         current = view.config.max_num_seqs
         if condition.details.get("cap_binds") == "yes" and condition.details.get("kv_room") == "yes" and current:
             more = Action("relaunch", view.name, {"max_num_seqs": int(current * p["max_num_seqs_raise_factor"])},
                           inverse={"max_num_seqs": current}, risk="medium",
                           description="more sequence slots: the cap binds and the KV cache has room for them")
-            return [scale, more, shed]
-        return [scale, shed]
+            return [*_some(scale), more, shed]
+        return [*_some(scale), shed]
+
+
+def _some(action: Action | None) -> list[Action]:
+    return [] if action is None else [action]
 
 
 PLAYBOOK = QueuePressure()

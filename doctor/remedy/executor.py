@@ -25,7 +25,7 @@ from doctor.remedy.journal import Journal
 from doctor.remedy.lift import already_in_force, judge, limit_tokens
 from doctor.remedy.model import ActionRecord, ActuatorContext, ActuatorError, Refused, VerifySpec
 from doctor.remedy.outbox import OUTBOX_FILE, Outbox
-from doctor.remedy.planner import ESCALATING_KINDS, Planned, normalise, plan_all, verify_spec
+from doctor.remedy.planner import ESCALATING_KINDS, Planned, normalise, plan_all, verify_spec, within_gpu_budget
 from doctor.remedy.queue import ActionStore
 from playbooks.model import Action, Finding
 
@@ -88,9 +88,10 @@ class Remediator:
         planned, _skipped = plan_all([f for f in findings if f.severity != "info"])
         records: list[ActionRecord] = []
         for p in planned:
+            free = self.free_gpus if self.free_gpus is not None else self.spare_gpus() if self.spare_gpus else None
+            p = within_gpu_budget(p, free, self._gpus_per_replica(p.engine))
             rec = p.record(trigger=(engine_triggers or {}).get(p.engine, trigger), now=self.clock())
             rec.before = _values(signals.get(p.engine))
-            free = self.free_gpus if self.free_gpus is not None else self.spare_gpus() if self.spare_gpus else None
             decision = self.guard.check(p, engines_total=max(1, len(self.ctx.engines)), free_gpus=free)
             if decision.mode == "observe":
                 continue
@@ -125,6 +126,12 @@ class Remediator:
                 continue
             await self.apply(p, rec)
         return records
+
+    def _gpus_per_replica(self, engine: str) -> int:
+        """GPUs one replica of `engine` takes (its tensor-parallel degree, 1 when unknown)."""
+        find = getattr(self.config, "engine", None)
+        eng = find(engine) if callable(find) else None
+        return max(1, int(getattr(eng, "tensor_parallel_size", None) or 1))
 
     async def apply(self, p: Planned, rec: ActionRecord) -> None:
         """Take the target's lock, journal the intent, apply, record; refusals and failures change nothing."""

@@ -267,6 +267,10 @@ class Guardrails:
             return self._relaunch_bounds(planned, free_gpus)
         if kind == "scale_out":
             return self._scale_out_bounds(planned, free_gpus)
+        if kind == "scale_in":
+            name = p.get("remove_replica")
+            if not isinstance(name, str) or not name or name == planned.engine:
+                return f"scale_in needs params.remove_replica, a replica other than {planned.engine}, got {name!r}"
         if kind == "rewarm_prefix_cache" and "variations" in p:
             return _int_in(p, "variations", 1, 1000)
         if kind == "warm_up":

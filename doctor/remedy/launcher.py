@@ -1,4 +1,4 @@
-"""The engine launcher: relaunch with changed arguments (blue/green on spare GPUs, else in place), scale out.
+"""The engine launcher: relaunch with changed arguments (blue/green on spare GPUs, else in place), scale out and in.
 
 `Launcher` is the backend interface (local processes here; systemd or Kubernetes can implement it).
 `LocalLauncher` fills the engine's command template (doctor.config EngineConfig.launch_command) and runs it
@@ -80,7 +80,7 @@ def _flag(key: str, value: Any) -> str:
 
 
 class LocalLauncher:
-    """Engines as local processes. Implements Launcher and the Actuator protocol (relaunch, scale_out)."""
+    """Engines as local processes. Implements Launcher and the Actuator protocol (relaunch, scale_out, scale_in)."""
 
     kinds: tuple[str, ...] = LAUNCHER_KINDS
 
@@ -179,7 +179,7 @@ class LocalLauncher:
         for key, value in changes.items():
             if key in CONTROL_KEYS:
                 continue
-            if key in ("add_replicas", "replicas", "remove_replica"):
+            if key in ("add_replicas", "replicas", "remove_replica", "remove_replicas"):
                 continue
             if value == "lower":
                 current = target.args.get(key)
@@ -371,30 +371,58 @@ class LocalLauncher:
 
     # ----- scale out -----------------------------------------------------------------------------
 
-    async def add_replica(self, target: EngineTarget, ctx: ActuatorContext) -> Applied:
+    async def add_replicas(self, target: EngineTarget, ctx: ActuatorContext, count: int = 1) -> Applied:
+        """`count` replicas of `target` behind the router, started together (their start-ups overlap), each
+        added to the router once healthy and warm; one that fails to come up is stopped and said so. The
+        inverse removes the ones added."""
         role = await self._routed(ctx, target.name)
         if role is None or self.router is None:
             raise Refused(f"{target.name}: a replica is added behind the router, and the router does not know it")
         tp = self._tp(target, {})
         spare = self.spare_gpus(ctx)
-        if len(spare) < tp:
-            raise Refused(f"{target.name}: a replica needs {tp} free GPU(s); spare: {spare or 'none'}")
-        existing = {r.name for r in self.adopt()}
-        name = next(f"{target.name}-r{i}" for i in range(2, 1000) if f"{target.name}-r{i}" not in existing)
+        if len(spare) < tp * count:
+            raise Refused(f"{target.name}: {count} replica(s) need {tp * count} free GPU(s); spare: {spare or 'none'}")
+        taken = {r.name for r in self.adopt()} | set(ctx.engines)
         host = urlsplit(target.url).hostname or "127.0.0.1"
-        replica = replace(target, name=name, url=_with_port(target.url, self.procs.free_port(host)), gpus=(),
-                          args=dict(target.args))
-        rec, warm = await self._bring_up(replica, port=urlsplit(replica.url).port or 0, gpus=spare[:tp], args={})
-        try:
-            await self.router.add_upstream(ctx, role, name, rec.url)
-        except (ActuatorError, Refused):
-            await self.stop(rec)
-            raise
-        return Applied(Action("scale_out", target.name, {"remove_replica": name, "restore": True}, risk="medium"),
-                       (f"replica {name} at {rec.url} on GPUs {list(rec.gpus)} (pid {rec.pid})", *warm,
-                        f"router: added {name} to {role}"), {"replica": name, "url": rec.url, "gpus": list(rec.gpus)})
+        started: list[tuple[EngineTarget, LaunchedEngine]] = []
+        for k in range(count):
+            name = next(f"{target.name}-r{i}" for i in range(2, 10_000) if f"{target.name}-r{i}" not in taken)
+            taken.add(name)
+            replica = replace(target, name=name, url=_with_port(target.url, self.procs.free_port(host)), gpus=(),
+                              args=dict(target.args))
+            gpus = spare[k * tp:(k + 1) * tp]
+            started.append((replica, self.start(replica, port=urlsplit(replica.url).port or 0, gpus=gpus, args={})))
+        steps: list[str] = []
+        added: list[tuple[str, LaunchedEngine]] = []
+        failed: list[str] = []
+        for replica, rec in started:
+            try:
+                await self.wait_healthy(rec)
+                warm = await self._warm(rec, replica)
+                await self.router.add_upstream(ctx, role, replica.name, rec.url)
+            except (ActuatorError, Refused) as exc:
+                await self.stop(rec)
+                failed.append(f"{replica.name} did not come up and was stopped: {str(exc).splitlines()[0]}")
+                continue
+            except BaseException:
+                for _, other in started:  # cancelled or crashed mid-way: nothing left running unrouted
+                    await self.stop(other)
+                raise
+            added.append((replica.name, rec))
+            steps += [f"replica {replica.name} at {rec.url} on GPUs {list(rec.gpus)} (pid {rec.pid})", *warm,
+                      f"router: added {replica.name} to {role}"]
+        if not added:
+            raise ActuatorError(f"{target.name}: no replica came up; " + "; ".join(failed))
+        names = [n for n, _ in added]
+        details: dict[str, Any] = {"replicas": names, "urls": [r.url for _, r in added],
+                                   "gpus": [list(r.gpus) for _, r in added]}
+        if len(added) == 1:
+            details.update(replica=names[0], url=added[0][1].url, gpus=list(added[0][1].gpus))
+        return Applied(Action("scale_out", target.name, {"remove_replicas": names, "restore": True}, risk="medium"),
+                       (*steps, *failed), details)
 
     async def remove_replica(self, ctx: ActuatorContext, name: str) -> Applied:
+        """Out of the router (in-flight requests finish, up to the retire timeout), then stopped."""
         rec = self.record_for(name)
         steps = []
         if self.router is not None and await self._routed(ctx, name) is not None:
@@ -407,6 +435,12 @@ class LocalLauncher:
             steps.append(f"stopped {name} (pid {rec.pid})")
         return Applied(None, tuple(steps))
 
+    async def scale_in(self, target: EngineTarget, ctx: ActuatorContext, name: str) -> Applied:
+        """Give back replica `name` of `target`'s pool; the inverse adds one again."""
+        applied = await self.remove_replica(ctx, name)
+        return Applied(Action("scale_out", target.name, {"add_replicas": 1}, risk="medium",
+                              description="add the replica back"), applied.steps, {"removed": name})
+
     # ----- the Actuator protocol -------------------------------------------------------------------
 
     def check(self, action: Action, ctx: ActuatorContext) -> None:
@@ -418,7 +452,10 @@ class LocalLauncher:
         if not target.launcher:
             raise Refused(f"engine {target.name!r} has no launcher command in the config")
         p = action.params
-        if action.kind == "scale_out" and "remove_replica" in p:
+        if action.kind == "scale_in":
+            self._check_scale_in(target, p)
+            return
+        if action.kind == "scale_out" and ("remove_replica" in p or "remove_replicas" in p):
             return
         args = self.resolve(target, p)
         tp = args.get("tensor_parallel_size")
@@ -433,16 +470,30 @@ class LocalLauncher:
         if action.kind == "scale_out" and tp is None and not any(k in p for k in ("add_replicas", "replicas")):
             raise Refused("scale_out needs params.tensor_parallel_size or params.add_replicas")
 
+    def _check_scale_in(self, target: EngineTarget, p: Mapping[str, Any]) -> None:
+        """Only a replica this launcher started, other than the pool's own engine, is given back."""
+        name = p.get("remove_replica")
+        if not isinstance(name, str) or not name or name == target.name:
+            raise Refused(f"scale_in needs params.remove_replica, a replica other than {target.name}, got {name!r}")
+        if self.record_for(name) is None:
+            raise Refused(f"{name} is not a replica the doctor's launcher started (no record under {self.procs.dir}); "
+                          "it is left running")
+
     async def apply(self, action: Action, ctx: ActuatorContext) -> Applied:
         self.check(action, ctx)
         target = ctx.engines[action.target]
         p = action.params
+        if action.kind == "scale_in":
+            return await self.scale_in(target, ctx, str(p["remove_replica"]))
         if action.kind == "scale_out":
             if "remove_replica" in p:
                 return await self.remove_replica(ctx, str(p["remove_replica"]))
+            if "remove_replicas" in p:
+                steps = [s for n in p["remove_replicas"] for s in (await self.remove_replica(ctx, str(n))).steps]
+                return Applied(None, tuple(steps))
             count = int(p.get("add_replicas", p.get("replicas", 0)) or 0)
             if "tensor_parallel_size" not in p:
                 if count < 1:
                     raise Refused(f"add_replicas must be >= 1, got {count}")
-                return await self.add_replica(target, ctx)
+                return await self.add_replicas(target, ctx, count)
         return await self.relaunch(target, ctx, p)

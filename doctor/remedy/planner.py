@@ -45,6 +45,7 @@ the action is rolled back with its inverse and a person is paged; "(kept)": it s
 | capacity_scale_out    | relaunch             | generation_tokens_per_s | up   | ratio 1.1     | 300 s  |
 | *                     | defragment           | memory_growth_ratio     | down | target 0.05   | 300 s  |
 | *                     | scale_out            | p99_queue_s             | down | ratio 0.8     | 600 s  | (kept)
+| *                     | scale_in             | (none: the pool's scale-out rule is its check) |  |  |        |
 | *                     | warm_up              | p99_ttft_s              | down | ratio 0.8     | 300 s  |
 | *                     | rewarm_prefix_cache  | prefix_cache_hit_rate   | up   | target 0.7    | 300 s  |
 | *                     | reset_prefix_cache   | (none)                  |      |               |        |
@@ -105,6 +106,8 @@ VERIFY: dict[tuple[str, str], VerifySpec | None] = {
     ("*", "defragment"): _down("memory_growth_ratio", target=0.05, within=300.0),
     # Kept when it did not help (escalated, not rolled back): removing a replica during an overload deepens it.
     ("*", "scale_out"): _down("p99_queue_s", ratio=0.8, within=600.0, keep=True),
+    # Nothing to verify on the anchor: a pool that a scale-in left saturated is judged by the scale-out rule.
+    ("*", "scale_in"): None,
     ("*", "warm_up"): _down("p99_ttft_s", ratio=0.8, within=300.0),
     ("*", "rewarm_prefix_cache"): _up("prefix_cache_hit_rate", target=0.7, within=300.0),
     ("*", "reset_prefix_cache"): None,
@@ -202,6 +205,23 @@ def normalise(action: Action) -> tuple[Action, str]:
     if action.kind in ENGINE_SCOPED_ROUTER_KINDS and isinstance(named, str) and named:
         return action, f"router:{named}"
     return action, "router"
+
+
+def within_gpu_budget(p: Planned, free_gpus: int | None, gpus_per_replica: int = 1) -> Planned:
+    """A replica scale-out trimmed to what the free GPUs hold (at least one, so that a budget of none is still
+    refused by the guardrails with its reason); anything else unchanged."""
+    params = p.action.params
+    count = params.get("add_replicas")
+    if p.kind != "scale_out" or free_gpus is None or not isinstance(count, int) or isinstance(count, bool):
+        return p
+    fits = max(1, free_gpus // max(1, gpus_per_replica))
+    if count <= fits:
+        return p
+    action = replace(p.action, params={**params, "add_replicas": fits},
+                     inverse={"add_replicas": -fits} if p.action.inverse is not None else None,
+                     description=f"{p.action.description} [trimmed from {count} to {fits}: {free_gpus} free GPU(s), "
+                                 f"{gpus_per_replica} a replica]".lstrip())
+    return replace(p, action=action)
 
 
 def conflicts(a: Planned, b: Planned) -> bool:

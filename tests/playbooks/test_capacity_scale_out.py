@@ -77,7 +77,7 @@ def test_remedies_tensor_parallel_two_then_replica() -> None:
     assert cond is not None
     actions = PLAYBOOK.remedies(v, cond)
     assert [(a.kind, dict(a.params)) for a in actions] == [("scale_out", {"tensor_parallel_size": 2}),
-                                                           ("scale_out", {"replicas": 1})]
+                                                           ("scale_out", {"add_replicas": 1})]
     assert all(a.kind in ACTION_KINDS and a.target == "hot" for a in actions)
 
 

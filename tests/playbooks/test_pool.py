@@ -8,8 +8,20 @@ import pytest
 
 from collectors.types import Signals
 from playbooks.base import EngineView
+from playbooks.capacity_scale_in import PLAYBOOK as SCALE_IN
 from playbooks.capacity_scale_out import PLAYBOOK
-from playbooks.pool import POOL_DEFAULTS, fits_on_one_fewer, judge, pool_of
+from playbooks.model import Action
+from playbooks.pool import (
+    POOL_DEFAULTS,
+    added,
+    anchor,
+    fits_on_one_fewer,
+    judge,
+    needed,
+    pool_of,
+    replica_scale_out,
+    shrink,
+)
 
 SLOTS_FULL = {"batch_utilization": 1.0, "waiting": 4.0, "kv_cache_usage": 0.5, "uptime_s": 3600.0}
 
@@ -73,24 +85,125 @@ def test_pool_is_the_same_role() -> None:
     assert [v.name for v in pool_of(alone)] == ["x"]
 
 
-def _replica_actions(view: EngineView) -> list[str]:
+def _replica_actions(view: EngineView) -> list[Action]:
     cond = PLAYBOOK.check(view)
     assert cond is not None
-    return [a.description for a in PLAYBOOK.remedies(view, cond) if a.params.get("replicas") == 1]
+    return [a for a in PLAYBOOK.remedies(view, cond) if "add_replicas" in a.params]
 
 
-def test_capacity_adds_a_replica_only_for_a_saturated_pool() -> None:
+def test_capacity_adds_replicas_only_for_a_saturated_pool() -> None:
     me = replica("a", {**SLOTS_FULL, "waiting": 6.0})
-    assert _replica_actions(me) == ["add a replica behind the router"]  # a pool of one: as before
+    [alone] = _replica_actions(me)  # a pool of one: as before (after the tensor-parallel relaunch)
+    assert (alone.target, alone.params, alone.description) == ("a", {"add_replicas": 1},
+                                                               "add a replica behind the router")
     roomy = with_peers(me, replica("b", {"kv_cache_usage": 0.3, "waiting": 0.0}))
     assert _replica_actions(roomy) == []  # the peer has room: spread the load, do not add a replica
     saturated = with_peers(me, replica("b", {"kv_cache_usage": 0.5, "waiting": 4.0}))
     cond = PLAYBOOK.check(saturated)
     assert cond is not None
-    first = PLAYBOOK.remedies(saturated, cond)[0]
-    assert first.params == {"replicas": 1}
-    assert first.description == ("add a replica: the hot pool is saturated (1 of 2 replicas saturated, spare KV "
-                                 "0.30, spare queue 1.0 across the unsaturated)")
+    remedies = PLAYBOOK.remedies(saturated, cond)
+    first = remedies[0]
+    assert first.kind == "scale_out" and first.params == {"add_replicas": 1} and first.target == "a"
+    assert first.description.startswith("add 1 replica(s): the hot pool is saturated (1 of 2 replicas saturated, "
+                                         "spare KV 0.30, spare queue 1.0 across the unsaturated); one more")
+    assert not [a for a in remedies if "tensor_parallel_size" in a.params]  # a pool scales by replicas
     starting = with_peers(me, replica("b", {"kv_cache_usage": 0.5, "waiting": 4.0}),
                           replica("c", {"uptime_s": 30.0}))
-    assert _replica_actions(starting) == []
+    assert PLAYBOOK.remedies(starting, cond) == []  # its capacity is coming: nothing meanwhile
+
+
+class _Queue:
+    """A HistoryView with one series: the engine's `waiting` over the last minutes."""
+
+    def __init__(self, points: list[tuple[float, float]]) -> None:
+        self.points = points
+
+    def series(self, signal: str, since_s: float) -> list[tuple[float, float]]:
+        return list(self.points) if signal == "waiting" else []
+
+    def baseline(self, signal: str, window_s: float, exclude_recent_s: float) -> float | None:
+        return None
+
+
+def test_a_saturated_pool_gets_the_replicas_its_demand_needs_at_most_doubling() -> None:
+    p = POOL_DEFAULTS
+    # 4 replicas each completing 5 req/s, their queues growing 2 req/s each (100 -> 340 waiting over 120 s)
+    surge = []
+    for n in ("a", "b", "c", "d"):
+        v = replica(n, {"qps": 5.0, "waiting": 340.0, "kv_cache_usage": 0.4})
+        v.history = _Queue([(880.0, 100.0)])
+        surge.append(v)
+    need = needed(surge, p)
+    # demand 20 + 8 + 1360/300 = 32.5 req/s at 80% of 5: 9 replicas -> 5 more, capped at 4 (2x)
+    assert need.add == 4 and "at most 4 more per decision" in need.why and "32.5 req/s" in need.why
+    # without history the queue's growth is unknown: completions and backlog alone (24.5 / 4 -> 7: 3 more)
+    for v in surge:
+        v.history = _Queue([])
+    assert needed(surge, p).add == 3
+    # nobody saturated (short on spare queue only): WVA's step of one
+    assert needed([replica(n, {"qps": 3.0, "waiting": 2.5}) for n in "ab"], p).add == 1
+    # a big pool's need is its demand's, not the cap: one saturated replica completing 5 req/s, nine at 3
+    calm = [replica(str(i), {"qps": 5.0 if i == 0 else 3.0, "waiting": 6.0 if i == 0 else 0.0}) for i in range(10)]
+    assert needed(calm, p).add == 1  # 32 req/s at 0.8 x 5: 8 replicas would do; a scale-out adds at least one
+    action, why = replica_scale_out(with_peers(surge[0], *surge[1:]), p)
+    assert action is not None and action.target == "a" and action.params == {"add_replicas": 3} and why == ""
+
+
+def test_every_replica_of_a_saturated_pool_proposes_the_same_one_action() -> None:
+    views = [replica(n, {**SLOTS_FULL, "waiting": 300.0, "qps": 5.0}) for n in ("hot", "hot-2", "hot-3")]
+    actions = set()
+    for v in views:
+        me = with_peers(v, *(o for o in views if o is not v))
+        cond = PLAYBOOK.check(me)
+        assert cond is not None
+        first = PLAYBOOK.remedies(me, cond)[0]
+        actions.add((first.kind, first.target, tuple(sorted(first.params.items()))))
+    # one action for the pool: 15 req/s served + 900 waiting over 300 s at 80% of 5 -> 5 replicas, 2 more
+    assert actions == {("scale_out", "hot", (("add_replicas", 2),))}, actions
+
+
+def test_scale_in_only_the_newest_added_replica_and_only_when_settled() -> None:
+    p = POOL_DEFAULTS
+    light = {"kv_cache_usage": 0.1, "waiting": 0.0, "batch_utilization": 0.2}
+    pool = [replica(n, light) for n in ("hot", "hot-2", "hot-r2", "hot-r3")]
+    assert added(pool) == ["hot-r3", "hot-r2"] and anchor(pool) == "hot"
+    verdict = shrink(pool, p)
+    assert verdict.victim == "hot-r3" and verdict.kv == pytest.approx(0.4 / 3)
+    assert verdict.batch == pytest.approx(0.8 / 3)
+    # configured replicas only: nothing the doctor added, nothing to give back
+    assert shrink([replica(n, light) for n in ("hot", "hot-2", "hot-3")], p).victim is None
+    # the newest replica up under the scale-in cooldown (a scale-out just happened), or one starting
+    young = [*pool[:3], replica("hot-r3", {**light, "uptime_s": 200.0})]
+    assert shrink(young, p).victim is None and "still starting" in shrink(young, p).why
+    longer = {**p, "pool_scale_in_cooldown_s": 900.0}
+    settled = [*pool[:3], replica("hot-r3", {**light, "uptime_s": 600.0})]
+    assert shrink(settled, p).victim == "hot-r3"
+    assert shrink(settled, longer).victim is None and "scale-in cooldown (900 s)" in shrink(settled, longer).why
+    busy = [*pool[:3], replica("hot-r3", light, change=True)]
+    assert shrink(busy, p).victim is None
+    # slots busier than the headroom allows on one fewer (0.7 x 4 / 3 = 0.93 > 0.8)
+    assert shrink([replica(n, {**light, "batch_utilization": 0.7}) for n in ("hot", "hot-r2", "hot-r3", "hot-4")],
+                  p).victim is None
+
+
+def _scale_in_view(names: tuple[str, ...], values: Mapping[str, float], me: str = "hot") -> EngineView:
+    views = [replica(n, values) for n in names]
+    mine = next(v for v in views if v.name == me)
+    out = with_peers(mine, *(v for v in views if v is not mine))
+    out.params = dict(SCALE_IN.defaults)
+    return out
+
+
+def test_the_scale_in_playbook_fires_once_per_pool_on_its_anchor() -> None:
+    light = {"kv_cache_usage": 0.1, "waiting": 0.0, "batch_utilization": 0.2}
+    names = ("hot", "hot-2", "hot-r2")
+    assert SCALE_IN.check(_scale_in_view(names, light, me="hot-2")) is None  # not the anchor
+    view = _scale_in_view(names, light)
+    cond = SCALE_IN.check(view)
+    assert cond is not None and "fits on 2 of its 3 replicas: hot-r2 can be given back" in cond.summary
+    [action] = SCALE_IN.remedies(view, cond)
+    assert (action.kind, action.target, action.params, action.inverse) == ("scale_in", "hot",
+                                                                         {"remove_replica": "hot-r2"},
+                                                                         {"add_replicas": 1})
+    assert SCALE_IN.check(_scale_in_view(names, {**light, "waiting": 2.0})) is None  # 6 waiting over 2: 3 > 2
+    assert SCALE_IN.check(_scale_in_view(("hot",), light)) is None

@@ -247,6 +247,32 @@ def test_scale_out(tmp_path: Path) -> None:
         assert [r.name for r in s.launcher.adopt()] == ["hot"]
 
 
+def test_scale_out_by_two_replicas_at_once_then_in_by_one(tmp_path: Path) -> None:
+    """A pool's scale-out adds its replicas in one action (started together); scale_in gives back only a replica
+    the launcher started, out of the router first, then stopped; the scale-out's inverse removes what is left."""
+    with stack(tmp_path, pool=[0, 1, 2, 3]) as s:  # hot on 0, cold on 1: two spare
+        with pytest.raises(Refused, match="3 replica\\(s\\) need 3 free GPU"):
+            run(s.launcher.apply(Action("scale_out", "hot", {"add_replicas": 3}), s.ctx))
+        out = run(s.launcher.apply(Action("scale_out", "hot", {"add_replicas": 2}), s.ctx))
+        assert [u["name"] for u in s.policy()["upstreams"]["hot"]] == ["hot", "hot-r2", "hot-r3"]
+        assert out.changed["replicas"] == ["hot-r2", "hot-r3"]
+        assert sorted(g for gs in out.changed["gpus"] for g in gs) == [2, 3]
+        with pytest.raises(Refused, match="not a replica the doctor's launcher started"):
+            s.launcher.check(Action("scale_in", "hot", {"remove_replica": "hot-9"}), s.ctx)
+        with pytest.raises(Refused, match="a replica other than hot"):
+            s.launcher.check(Action("scale_in", "hot", {"remove_replica": "hot"}), s.ctx)
+        r3 = s.launcher.record_for("hot-r3")
+        assert r3 is not None and alive(r3.pid)
+        back = run(s.launcher.apply(Action("scale_in", "hot", {"remove_replica": "hot-r3"}), s.ctx))
+        assert [u["name"] for u in s.policy()["upstreams"]["hot"]] == ["hot", "hot-r2"] and not alive(r3.pid)
+        assert back.steps[0] == "router: removed hot-r3" and back.inverse is not None
+        assert (back.inverse.kind, back.inverse.params) == ("scale_out", {"add_replicas": 1})
+        assert out.inverse is not None
+        run(s.launcher.apply(out.inverse, s.ctx))  # hot-r3 is gone already: only hot-r2 is left to remove
+        assert [u["name"] for u in s.policy()["upstreams"]["hot"]] == ["hot"]
+        assert [r.name for r in s.launcher.adopt()] == ["hot"]
+
+
 def test_defragment_without_sleep_mode_falls_back_to_a_relaunch(tmp_path: Path) -> None:
     dcgm = free_port("127.0.0.1")
     # The node's exporter is a daemon apart from the engines: the relaunched engine shares it.
