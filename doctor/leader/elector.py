@@ -69,7 +69,7 @@ class Elector:
         left = self.act_until - self.monotonic() if self.grant is not None else None
         return {"role": "leader" if self.leading else "standby", "identity": self.identity, "store": self.store.name,
                 "holder": self.grant.holder if self.leading and self.grant else self.seen.identity,
-                "token": self.grant.token if self.grant else self.seen.token, "lease_s": self.lease_s,
+                "fence": self.grant.token if self.grant else self.seen.token, "lease_s": self.lease_s,
                 "margin_s": self.margin_s, "acting_for_s": round(max(0.0, left), 3) if left is not None else None,
                 "transitions": self.transitions, "last_error": self.last_error}
 
@@ -111,7 +111,7 @@ class Elector:
         self.grant, self.renewed_at, self.act_until = grant, t0, t0 + lease - self.margin_s
         self.seen = Holder(grant.holder, grant.token)
         self.transitions += 1
-        self.note("leader_acquired", holder=self.identity, token=grant.token, store=self.store.name,
+        self.note("leader_acquired", holder=self.identity, fence=grant.token, store=self.store.name,
                   lease_s=lease, margin_s=self.margin_s, acting_until=self._wall_of(self.act_until))
         log.info("leader: acquired the lease (%s, token %d); acting", self.store.name, grant.token)
         self._changed(True)
@@ -143,7 +143,7 @@ class Elector:
         self._changed(False)
         with contextlib.suppress(LeaseError, TimeoutError):
             await asyncio.wait_for(self.store.release(grant), self.retry_s)
-        self.note("leader_released", holder=self.identity, token=grant.token, store=self.store.name,
+        self.note("leader_released", holder=self.identity, fence=grant.token, store=self.store.name,
                   acted_until=acted_until)
 
     # -- bookkeeping
@@ -154,7 +154,7 @@ class Elector:
         acted_until = self._wall_of(min(self.act_until, self.monotonic()))
         self.grant, self.act_until = None, float("-inf")
         self.seen = Holder(None)
-        self.note("leader_lost", holder=self.identity, token=grant.token, store=self.store.name, reason=why,
+        self.note("leader_lost", holder=self.identity, fence=grant.token, store=self.store.name, reason=why,
                   acted_until=acted_until, last_error=self.last_error)
         log.warning("leader: lost the lease (%s): %s; standby", self.store.name, why)
         self._changed(False)

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,11 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     host, port = sock.getsockname()[:2]
     log.info("listening on %s://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", "https" if tls else "http",
              host, port, len(plan.engines), settings.interval_s, config.mode, state_dir, os.getpid())
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn raises the signal that stopped it again once it has shut down; SIGTERM's default action would
+        # end the process there, before the cleanup below (the lease released, notifications flushed): the
+        # re-raised SIGTERM reaches this no-op instead, and the daemon exits 0 after its cleanup.
+        signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         await server.serve(sockets=[sock])
     finally:

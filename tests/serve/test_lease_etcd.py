@@ -118,7 +118,7 @@ def test_a_partitioned_leader_stops_acting_before_the_other_is_granted_the_lease
         assert len(lost) == 1 and len(got_b) == 1, notes
         assert lost[0]["acted_until"] < got_b[0]["at"]  # type: ignore[operator]
         got_a = [f for n, e, f in notes if n == "a" and e == "leader_acquired"]
-        assert got_b[0]["token"] > got_a[0]["token"]  # type: ignore[operator]
+        assert got_b[0]["fence"] > got_a[0]["fence"]  # type: ignore[operator]
 
     with etcd(tmp_path) as url, proxy_to(url) as proxy:
         asyncio.run(go(url, proxy.url, proxy.cut, proxy.heal))
