@@ -7,6 +7,7 @@ Each replica has its own state directory (as two machines would) and reads the s
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from pathlib import Path
@@ -68,7 +69,7 @@ def assert_acts_inside(events: list[dict[str, Any]], spans: list[tuple[float, fl
 
 def assert_disjoint(*spans: list[tuple[float, float]]) -> None:
     every = sorted(s for group in spans for s in group)
-    for (a0, a1), (b0, b1) in zip(every, every[1:], strict=False):
+    for (a0, a1), (b0, b1) in itertools.pairwise(every):
         assert a1 < b0, f"acting intervals overlap: {(a0, a1)} and {(b0, b1)}"
 
 
