@@ -76,9 +76,16 @@ class Elector:
     # -- the loop
 
     async def run(self) -> None:
-        """Acquire, renew, lose, acquire again, until cancelled."""
+        """Acquire, renew, lose, acquire again, until cancelled; a step that fails unexpectedly is logged and
+        retried (acting still ends at the deadline: `may_act` reads the clock, not this loop)."""
         while True:
-            await self.sleep(await self.step())
+            try:
+                delay = await self.step()
+            except Exception as exc:  # a store's answer not understood, a bug: the election must go on
+                log.exception("leader: a step of the election failed")
+                self._failed(exc)
+                delay = self.retry_s
+            await self.sleep(delay)
 
     async def step(self) -> float:
         """One move of the election; returns how long to wait before the next."""

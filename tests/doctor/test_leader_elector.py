@@ -204,3 +204,35 @@ def test_inconsistent_timing_is_refused_naming_the_key(tmp_path: Path) -> None:
     lead = s.serve.leader
     assert lead is not None and (lead.store, lead.lease_s, lead.renew_s, lead.margin_s) == ("etcd", 15, 5, 3)
     assert config_from_dict(base).serve.leader is None  # absent: the daemon acts alone
+
+
+def test_the_loop_outlives_a_store_that_answers_nonsense() -> None:
+    clock = Clock()
+    store = Store(clock)
+    a = elector(store, "a", [])
+    answers = iter([ValueError("not JSON"), None, None])
+    real = store.try_acquire
+
+    async def flaky(holder: str, lease_s: float) -> Grant | None:
+        failure = next(answers)
+        if failure is not None:
+            raise failure
+        return await real(holder, lease_s)
+
+    store.try_acquire = flaky  # type: ignore[method-assign]
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+        clock.now += s
+        if len(slept) >= 2:
+            raise asyncio.CancelledError
+
+    a.sleep = sleep
+
+    async def go() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await a.run()
+
+    asyncio.run(go())
+    assert a.leading and slept[0] == 1  # the failed step waited retry_s, the next acquired
