@@ -28,29 +28,57 @@ def etcd_binary() -> str:
     return found
 
 
-@contextmanager
-def etcd(work: Path) -> Iterator[str]:
-    """One etcd member with its own data directory and ports; yields its client URL; killed after."""
-    work.mkdir(parents=True, exist_ok=True)
-    client, peer = free_port(), free_port()
-    url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-    cmd = [etcd_binary(), "--name", "t", "--data-dir", str(work / "etcd-data"), "--listen-client-urls", url,
-           "--advertise-client-urls", url, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-           "--initial-cluster", f"t={peer_url}", "--log-level", "warn"]
-    log = work / "etcd.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
+class EtcdServer:
+    """One etcd member with its own data directory and ports (kept across a kill and a start again)."""
+
+    def __init__(self, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.work = work
+        client, peer = free_port(), free_port()
+        self.url, self.peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> EtcdServer:
+        cmd = [etcd_binary(), "--name", "t", "--data-dir", str(self.work / "etcd-data"), "--listen-client-urls",
+               self.url, "--advertise-client-urls", self.url, "--listen-peer-urls", self.peer_url,
+               "--initial-advertise-peer-urls", self.peer_url, "--initial-cluster", f"t={self.peer_url}",
+               "--log-level", "warn"]
+        log = self.work / "etcd.log"
+        with open(log, "ab") as out:
+            proc = self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+
         def ready() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"etcd exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            return httpx.post(url + "/v3/kv/range", json={"key": "eA=="}, timeout=2, trust_env=False).is_success
+            return httpx.post(self.url + "/v3/kv/range", json={"key": "eA=="}, timeout=2, trust_env=False).is_success
 
-        wait_for("etcd to answer", ready, timeout_s=60)
-        yield url
+        try:
+            wait_for("etcd to answer", ready, timeout_s=60)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(15)
+
+
+@contextmanager
+def etcd_server(work: Path) -> Iterator[EtcdServer]:
+    server = EtcdServer(work).start()
+    try:
+        yield server
     finally:
-        proc.kill()
-        proc.wait(15)
+        server.kill()
+
+
+@contextmanager
+def etcd(work: Path) -> Iterator[str]:
+    """A real etcd on loopback; yields its client URL; killed after."""
+    with etcd_server(work) as server:
+        yield server.url
 
 
 class Proxy:

@@ -114,9 +114,9 @@ def test_kill_9_the_acting_leader_mid_action_the_standby_acts_within_the_lease(t
     assert_disjoint(spans_a, spans_b)
     # B acted on its own reading after taking over: its length limit came within the lease time of A's death
     # plus B's next look at etcd and one cycle (bounded generously above; the figure is printed)
-    print(f"B leader {got_b[0]['at'] - begun[0]['at']:.1f} s after A's begin (its SIGKILL), B applied the limit "
-          f"{applied[0]['at'] - begun[0]['at']:.1f} s after it; lease {LEASE_S:g} s; B's leadership seen by the "
-          f"test {took_over_s:.1f} s after A's exit was reaped")
+    print(f"B leader {got_b[0]['at'] - begun[0]['at']:.1f} s after A's begin (then its SIGKILL), B's length limit "
+          f"applied {applied[0]['at'] - begun[0]['at']:.1f} s after A's begin; lease {LEASE_S:g} s; B's leadership "
+          f"seen by the test {took_over_s:.1f} s after A's exit was reaped")
 
 
 def test_a_partitioned_leader_never_acts_beside_the_new_one(tmp_path: Path) -> None:

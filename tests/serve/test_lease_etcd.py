@@ -12,7 +12,7 @@ import pytest
 from doctor.leader.elector import Elector
 from doctor.leader.etcd import EtcdLeaseStore
 from doctor.leader.store import LeaseError, LeaseLost
-from tests.serve.etcd import etcd, proxy_to
+from tests.serve.etcd import etcd, etcd_server, proxy_to
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -122,3 +122,43 @@ def test_a_partitioned_leader_stops_acting_before_the_other_is_granted_the_lease
 
     with etcd(tmp_path) as url, proxy_to(url) as proxy:
         asyncio.run(go(url, proxy.url, proxy.cut, proxy.heal))
+
+
+def test_etcd_down_for_a_while_the_leader_stops_acting_and_resumes_its_own_lease(tmp_path: Path) -> None:
+    """etcd killed for longer than the lease: the leader stops acting by its own deadline; etcd, started again,
+    extends every lease by its duration (its behaviour on a new raft leader), so the key is still the leader's:
+    it resumes with the same fencing token, and the standby never held the lease meanwhile."""
+    with etcd_server(tmp_path) as server:
+        async def go() -> None:
+            def elector(name: str) -> Elector:
+                return Elector(EtcdLeaseStore([server.url], key="t/leader", timeout_s=0.5), identity=name,
+                               lease_s=3, renew_s=0.5, margin_s=0.8, retry_s=0.2)
+
+            a, b = elector("a"), elector("b")
+            tasks = [asyncio.create_task(a.run())]
+            try:
+                while not a.leading:
+                    await asyncio.sleep(0.05)
+                fence = a.state()["fence"]
+                tasks.append(asyncio.create_task(b.run()))
+                await asyncio.sleep(0.5)
+                server.kill()
+                down = time.monotonic()
+                while a.leading:
+                    assert time.monotonic() - down < 3  # its deadline is at most lease_s - margin_s away
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(server.start)
+                deadline = time.monotonic() + 30
+                while not (a.leading or b.leading) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                await asyncio.sleep(1.0)
+                assert a.leading and not b.leading and a.state()["fence"] == fence
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                await a.store.aclose()
+                await b.store.aclose()
+
+        asyncio.run(go())
