@@ -177,3 +177,17 @@ def test_in_a_pod_the_service_account_is_used_and_outside_one_api_url_is_require
     assert made._client.headers["authorization"] == "Bearer sa-token"
     assert made._client.base_url.host == "10.96.0.1" and made._client.base_url.scheme == "https"
     run(made.aclose())
+
+
+def test_doctor_serve_outside_a_pod_without_api_url_exits_3_saying_so(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from doctor.serve.main import main
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    (tmp_path / "doctor.toml").write_text(
+        f'[doctor]\nstate_dir = "{tmp_path / "state"}"\n\n[serve.leader]\nstore = "kubernetes"\n\n'
+        '[[engines]]\nname = "hot"\nurl = "http://127.0.0.1:9"\n')
+    assert main(["--config", str(tmp_path / "doctor.toml")]) == 3
+    err = capsys.readouterr().err
+    assert "no api_url and not in a pod" in err and "Traceback" not in err
