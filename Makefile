@@ -22,9 +22,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Debian's Prometheus and Alertmanager for the integration tests, tmux for the TUI's real-terminal test (apt as root
-# or via sudo; fails loudly otherwise).
-DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager tmux
+# Debian's Prometheus and Alertmanager for the integration tests, tmux for the TUI's real-terminal test, etcd for the
+# leader election's (tests/serve/test_leader.py) (apt as root or via sudo; fails loudly otherwise).
+DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager tmux etcd-server:etcd
 
 debian-packages:
 	@scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from doctor.config_leader import LeaderSettings, leader_settings
 from doctor.config_schema import Table, describe, suggest
 from playbooks import registry
 
@@ -19,7 +20,7 @@ DEFAULT_LISTEN = "127.0.0.1:9361"
 Resolve = Callable[[str | None, Path | None], Path | None]
 SERVE_KEYS = ("listen", "interval_s", "token_file", "alert_token_file", "read_token_file", "basic_auth_user",
               "basic_auth_password_file", "queue_size", "body_limit_bytes", "alert_wait_s", "history_points",
-              "engine_labels", "alert_playbooks", "header_limit_bytes", "tls_cert_file", "tls_key_file")
+              "engine_labels", "alert_playbooks", "header_limit_bytes", "tls_cert_file", "tls_key_file", "leader")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ServeSettings:
     history_points: int = 60  # per signal in GET /v1/state (sparklines)
     engine_labels: tuple[str, ...] = ("engine", "instance", "job")  # alert labels naming an engine, in order
     alert_playbooks: Mapping[str, str] = field(default_factory=dict)  # alertname -> playbook id (no `playbook` label)
+    leader: LeaderSettings | None = None  # [serve.leader]: elect one of two replicas to act (None: act alone)
 
     @property
     def host(self) -> str:
@@ -98,7 +100,7 @@ def serve_settings(t: Table, path: Path | None, resolve: Resolve) -> ServeSettin
         header_limit_bytes=cast(int, t.integer("header_limit_bytes", 32 * 1024, minimum=1024, maximum=1 << 24)),
         alert_wait_s=cast(float, t.duration("alert_wait_s", 600.0)),
         history_points=cast(int, t.integer("history_points", 60, minimum=1, maximum=10_000)),
-        engine_labels=labels, alert_playbooks=playbooks)
+        engine_labels=labels, alert_playbooks=playbooks, leader=leader_settings(t.sub("leader"), path, resolve))
 
 
 def _check_listen(t: Table, listen: str) -> None:

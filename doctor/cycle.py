@@ -209,4 +209,4 @@ def _remediator(plan: Plan, clock: Callable[[], float]) -> Any:
 
     return remediator(merge_flags(_config(plan), plan.engines), plan.state_dir, router_url=plan.router, clock=clock,
                       transport=plan.transport, sleep=plan.sleep, launcher=plan.launcher,
-                      sync_transport=plan.sync_transport, engines=plan.engines)
+                      sync_transport=plan.sync_transport, engines=plan.engines, gate=plan.act_gate)

@@ -63,3 +63,6 @@ class Plan:
     # A long-lived caller's memory of its last reads (doctor.read_memory.ReadMemory): with it, a cycle whose
     # engines were all read at most `fresh_s` ago reads each engine once; None: two reads, `sample_s` apart.
     memory: Any = None
+    # With fix: asked right before each change; a reason means this doctor may not act now (a standby replica of
+    # an elected pair, doctor.leader.elector.Elector.may_act); None: it may (the default: always).
+    act_gate: Callable[[], str | None] | None = None

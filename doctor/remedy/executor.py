@@ -63,9 +63,13 @@ class Remediator:
 
     def __init__(self, *, config: Any, state_dir: Path, registry: Registry, ctx: ActuatorContext,
                  clock: Callable[[], float] = time.time, free_gpus: int | None = None,
-                 spare_gpus: Callable[[], int | None] | None = None) -> None:
+                 spare_gpus: Callable[[], int | None] | None = None,
+                 gate: Callable[[], str | None] | None = None) -> None:
         """`free_gpus` fixed, or `spare_gpus` asked before each check (the launcher's pool less what engines
-        use); neither: unknown, and actions that need a free GPU are refused."""
+        use); neither: unknown, and actions that need a free GPU are refused. `gate`: asked right before each
+        change (apply, re-apply, rollback, lift); a reason means this doctor may not act now (a standby replica,
+        doctor.leader), None that it may."""
+        self.gate = gate
         self.config = config
         self.spare_gpus = spare_gpus
         self.registry = registry
@@ -136,6 +140,9 @@ class Remediator:
     async def apply(self, p: Planned, rec: ActionRecord) -> None:
         """Take the target's lock, journal the intent, apply, record; refusals and failures change nothing."""
         action = p.action
+        if (held := self._held()) is not None:
+            self._end(rec, "refused", held, journal=False)
+            return
         try:
             actuator = self.registry.for_kind(action.kind)
             actuator.check(action, self.ctx)
@@ -218,7 +225,11 @@ class Remediator:
         return False
 
     async def rollback(self, rec: ActionRecord, why: str) -> None:
-        """Apply the inverse; escalate either way."""
+        """Apply the inverse; escalate either way. Not now when the gate says no: the record stays applied in the
+        journal, and the next cycle that may act judges it again."""
+        if (held := self._held()) is not None:
+            self.audit.write("rollback_deferred", rec, why=why, held=held)
+            return
         if rec.inverse is None:
             self._finish(rec, "failed", f"{why}; no inverse to roll back with")
         else:
@@ -236,7 +247,9 @@ class Remediator:
         Each record under its target's lock, re-read from the journal once held: a record another doctor process
         (cron beside the daemon) is applying now, or finished meanwhile, is left to it.
         """
-        done = []
+        done: list[ActionRecord] = []
+        if self._held() is not None:
+            return done  # a standby finishes nothing: the journal waits for this doctor's turn to act
         for rec in self.journal.unfinished():
             try:
                 with self.guard.acquire(normalise(_action(rec.action))[1]):
@@ -316,6 +329,8 @@ class Remediator:
             with self.guard.acquire("router"):
                 if self.store.get(rec.id).status != "verified":
                     return False  # another doctor process ended it while this one was reading
+                if self._held() is not None:
+                    return False
                 self.audit.write("lifting", rec, why=why)
                 applied = await self.registry.for_kind(action.kind).apply(action, self.ctx)
         except TargetBusy:
@@ -336,6 +351,9 @@ class Remediator:
         return {**registry.get("queue_pressure").defaults, **self.config.params_for("queue_pressure", engine)}
 
     # ----- bookkeeping ---------------------------------------------------------------------------
+
+    def _held(self) -> str | None:
+        return self.gate() if self.gate is not None else None
 
     def _set(self, rec: ActionRecord, status: Any, reason: str) -> None:
         rec.status = status

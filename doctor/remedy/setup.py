@@ -63,7 +63,8 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
                transport: httpx.AsyncBaseTransport | None = None,
                sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                launcher: LauncherFactory | None = None, sync_transport: httpx.BaseTransport | None = None,
-               engines: Sequence[EngineRef] | None = None) -> Remediator:
+               engines: Sequence[EngineRef] | None = None,
+               gate: Callable[[], str | None] | None = None) -> Remediator:
     """The remediator over `engines` (default: the config's), with the I/O given (default: the network, local
     processes, this machine's clock)."""
     ctx = actuator_context(config, state_dir, router_url=router_url, environ=environ, engines=engines)
@@ -79,7 +80,7 @@ def remediator(config: DoctorConfig, state_dir: Path, *, router_url: str | None 
     starter = registry.by_kind.get("scale_out")
     count = getattr(starter, "free_gpu_count", None)
     return Remediator(config=config, state_dir=state_dir, registry=registry, ctx=ctx, clock=clock,
-                      spare_gpus=(lambda: count(ctx)) if count is not None else None)
+                      spare_gpus=(lambda: count(ctx)) if count is not None else None, gate=gate)
 
 
 def _kubernetes_launcher(config: DoctorConfig) -> LauncherFactory | None:

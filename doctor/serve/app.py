@@ -135,6 +135,8 @@ class Api:
             return _error(404, f"unknown decision {verb!r}; expected one of {', '.join(COMMANDS)}")
         if (denied := check(self.creds, request.headers, "write")) is not None:
             return _error(denied.status, denied.reason, {"WWW-Authenticate": 'Bearer realm="doctor serve"'})
+        if verb != "reject" and (held := self.daemon.may_act()) is not None:
+            return _error(409, f"this replica may not act now ({held}): decide on the leader")
         try:
             raw = await _body(request, DECISION_BODY_MAX)
             doc = json.loads(raw) if raw.strip() else {}

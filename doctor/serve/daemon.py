@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,17 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
                                        alert_playbooks=settings.alert_playbooks),
                     audit=rem.audit, metrics=DaemonMetrics(), events=EventHub(), cycle=run_cycle,
                     cycle_timeout_s=max(config.timeout_s, 2 * plan.sample_s + 2 * plan.request_timeout_s + 5))
+    elector = None
+    if settings.leader is not None:
+        from doctor.leader.setup import elector_for
+
+        elector = elector_for(settings.leader, note=rem.audit.note, on_change=daemon.leading_changed)
+        daemon.elector = elector
+        rem.gate = elector.may_act  # people's decisions through the API: only the leader acts on them
+        daemon.metrics.leader.set_function(lambda: 0.0 if elector.may_act() else 1.0)
+        log.info("leader election through %s as %s: standby until the lease is held", elector.store.name,
+                 elector.identity)
+    electing = asyncio.create_task(elector.run(), name="doctor-serve-leader") if elector is not None else None
     from doctor.notify import Notifier
     from doctor.serve.notifications import attach
 
@@ -80,12 +93,24 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     host, port = sock.getsockname()[:2]
     log.info("listening on %s://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", "https" if tls else "http",
              host, port, len(plan.engines), settings.interval_s, config.mode, state_dir, os.getpid())
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn raises the signal that stopped it again once it has shut down; SIGTERM's default action would
+        # end the process there, before the cleanup below (the lease released, notifications flushed): the
+        # re-raised SIGTERM reaches this no-op instead, and the daemon exits 0 after its cleanup.
+        signal.signal(signal.SIGTERM, lambda *_: None)
     try:
         await server.serve(sockets=[sock])
     finally:
         loops.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await loops
+        if elector is not None and electing is not None:  # nothing acts any more: the lease goes to the other
+            electing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await electing
+            with contextlib.suppress(Exception):
+                await elector.release()
+            await elector.store.aclose()
         if isinstance(plan.transport, KeptTransport):
             with contextlib.suppress(Exception):
                 await plan.transport.close()

@@ -110,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CredentialError, ListenError) as exc:
         print(f"doctor serve: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
+    if settings.leader is not None:
+        from doctor.leader.setup import problem
+
+        if (why := problem(settings.leader, os.environ)) is not None:
+            print(f"doctor serve: {why}", file=sys.stderr)
+            return EXIT_UNUSABLE
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     redact_logs(Redactor([*creds.secrets(), router_token]))
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine read is noise

@@ -34,6 +34,9 @@ class DaemonMetrics:
                              registry=r)
         self.ticks_skipped = Counter("doctor_ticks_skipped", "Interval ticks skipped: the previous cycle still ran",
                                      registry=r)
+        self.leader = Gauge("doctor_leader", "1 while this replica may act (it holds the lease, or acts alone), 0 on "
+                            "standby", registry=r)
+        self.leader.set(1)
         self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
 
     def cycle(self, report: Mapping[str, Any]) -> None:

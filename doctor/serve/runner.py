@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from doctor.cycle import CycleResult
+from doctor.leader.elector import Elector
 from doctor.plan import Plan
 from doctor.remedy.audit import AuditLog
 from doctor.serve.alerts import Alert
@@ -37,7 +38,9 @@ class Daemon:
     def __init__(self, plan: Plan, *, interval_s: float, alert_wait_s: float, inbox: Inbox, mapper: AlertMapper,
                  audit: AuditLog, metrics: DaemonMetrics, events: EventHub, cycle: CycleFn,
                  cycle_timeout_s: float, clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic, elector: Elector | None = None) -> None:
+        """`elector`: this replica's side of a leader election (doctor.leader); it acts only while that says it
+        may, and reads, judges and answers either way. None: it acts alone."""
         self.plan = plan
         self.interval_s = interval_s
         self.alert_wait_s = alert_wait_s
@@ -50,6 +53,7 @@ class Daemon:
         self.cycle_timeout_s = cycle_timeout_s
         self.clock = clock
         self.monotonic = monotonic
+        self.elector = elector
         self.waiting: dict[str, Waiting] = {}
         self.latest: CycleResult | None = None
         self.latest_at: float | None = None
@@ -70,6 +74,23 @@ class Daemon:
             self._intake.put_nowait(entry)
         self.metrics.queue_depth.set(self.inbox.depth)
         return offered
+
+    # -- the election
+
+    def may_act(self) -> str | None:
+        """None while this daemon may act; else why not (a standby replica)."""
+        return self.elector.may_act() if self.elector is not None else None
+
+    def leader_state(self) -> dict[str, Any]:
+        if self.elector is None:
+            return {"role": "leader", "store": None, "why": "no [serve.leader]: this daemon acts alone"}
+        return {**self.elector.state(), "why": self.elector.may_act()}
+
+    def leading_changed(self, leading: bool) -> None:
+        """The elector's news: a new leader acts at once (its cycle starts now), a lost lease is published."""
+        self.events.publish("leader", {"role": "leader" if leading else "standby"})
+        if leading:
+            self._wake.set()
 
     # -- loops
 
@@ -114,7 +135,10 @@ class Daemon:
         for w in judged.values():
             fingerprints.setdefault(w.engine, set()).add(w.fingerprint)
         triggers = {e: "alert:" + ",".join(sorted(fps)) for e, fps in fingerprints.items()}
-        plan = dataclasses.replace(self.plan, trigger="serve", engine_triggers=triggers)
+        gate = self.elector.may_act if self.elector is not None else None
+        leading = gate is None or gate() is None  # a standby reads and judges; it changes nothing
+        plan = dataclasses.replace(self.plan, trigger="serve", engine_triggers=triggers,
+                                   fix=self.plan.fix and leading, act_gate=gate)
         label = "alert" if triggers else "interval"
         self.running = True
         try:

@@ -80,7 +80,8 @@ async def state_doc(daemon: Daemon, store: ActionStore, *, points: int, router: 
     waiting = [{"fingerprint": w.fingerprint, "alertname": w.entry.alert.alertname, "engine": w.engine,
                 "playbook": w.target.playbook, "since": w.entry.received_at, "until": w.deadline}
                for w in daemon.waiting.values()]
-    return {**doc, "cycles": daemon.cycles, "cycle_running": daemon.running, "interval_s": daemon.interval_s,
+    return {**doc, "leader": daemon.leader_state(),
+            "cycles": daemon.cycles, "cycle_running": daemon.running, "interval_s": daemon.interval_s,
             "alerts": {"waiting": waiting, "queue_depth": daemon.inbox.depth}}
 
 
