@@ -285,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--engines", type=int, default=1000, help="engines in Prometheus (default 1000)")
     p.add_argument("--direct", type=int, default=200, help="engines read directly (default 200; 0: none)")
-    p.add_argument("--step", type=float, default=600.0, help="seconds between backfilled scrapes, the doctor's "
-                   "--since (default 600)")
+    p.add_argument("--step", type=float, default=900.0, help="seconds between backfilled scrapes, the doctor's "
+                   "--since (default 900)")
     p.add_argument("--sample", type=float, default=5.0, help="direct reads: --sample (default 5)")
     p.add_argument("--bounds", default="64,1", help="direct reads: max_concurrent_reads per run (default 64,1)")
     p.add_argument("--no-per-engine", action="store_true", help="skip the per-engine row")
