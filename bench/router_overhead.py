@@ -7,20 +7,27 @@ router and, at the same moment, straight to the engine), so both see the same en
 stream (SSE, STREAM_CHUNKS chunks) and the table shows the time to the first chunk and to the last one.
 
 The last column is the router process's CPU time (user + system) per routed request over the measured run.
+With --nginx every arrival also goes through Debian's nginx as a reverse proxy on the same hop (one process,
+keep-alive upstream, no access log, unbuffered), and a second table puts the router's added latency and CPU
+per request beside nginx's. Goal at fleet rates (200 and 1,000 requests/s): within 2x of nginx's added P50.
 
     .venv/bin/python bench/router_overhead.py [--rates 50,100,200] [--seconds 5] [--upstream stub] [--stream]
+                                              [--nginx]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import random
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -183,18 +190,20 @@ def cpu_seconds(pid: int) -> float:
     return float(t.user + t.system)
 
 
-async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: int,
-                   body: bytes, router_cpu: Callable[[], float]) -> dict[str, float]:
+async def run_rate(paths: dict[str, str], rate: float, seconds: float, seed: int, body: bytes,
+                   cpus: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """Open-loop Poisson arrivals at `rate`, each sent down every path ({"direct": url, "router": url, ...}) at the
+    same moment, the order rotating; percentiles per path, and the CPU per request of each process in `cpus`."""
     rng = random.Random(seed)
-    direct: list[tuple[float, float]] = []
-    routed: list[tuple[float, float]] = []
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
     errors: list[int] = []
-    pools = {engine: RawPool(engine, body), router: RawPool(router, body)}
-    for _ in range(20):  # warm connections on both paths
-        await asyncio.gather(_one(pools[engine], [], []), _one(pools[router], [], []))
+    pools = {name: RawPool(url, body) for name, url in paths.items()}
+    names = list(paths)
+    for _ in range(20):  # warm connections on every path
+        await asyncio.gather(*(_one(pools[name], [], []) for name in names))
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Future[None]] = []
-    cpu0 = router_cpu()
+    cpu0 = {name: read() for name, read in cpus.items()}
     start = loop.time()
     t = start
     n = 0
@@ -203,69 +212,67 @@ async def run_rate(engine: str, router: str, rate: float, seconds: float, seed: 
         delay = t - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        first, second = (engine, router) if n % 2 else (router, engine)
-        for url in (first, second):
-            tasks.append(asyncio.ensure_future(_one(pools[url], direct if url == engine else routed, errors)))
+        for name in names[n % len(names):] + names[:n % len(names)]:
+            tasks.append(asyncio.ensure_future(_one(pools[name], samples[name], errors)))
         n += 1
     elapsed = loop.time() - start
     await asyncio.gather(*tasks)
-    cpu = router_cpu() - cpu0
+    cpu = {name: read() - cpu0[name] for name, read in cpus.items()}
     for pool in pools.values():
         pool.close()
-    row = {"rate": rate, "sent": n / elapsed, "n": len(routed), "errors": len(errors),
-           "cpu_per_request": cpu / max(1, len(routed))}
+    row = {"rate": rate, "sent": n / elapsed, "n": len(samples["router"]), "errors": len(errors),
+           "cpu_per_request": cpu["router"] / max(1, len(samples["router"]))}
+    row |= {f"{name}_cpu_per_request": cpu[name] / max(1, len(samples[name])) for name in cpu}
     for what, i in (("", 1), ("first_", 0)):  # to the end; to the first body bytes
-        d, r = [x[i] for x in direct], [x[i] for x in routed]
-        row |= {f"direct_{what}p50": pct(d, 0.5), f"direct_{what}p99": pct(d, 0.99),
-                f"router_{what}p50": pct(r, 0.5), f"router_{what}p99": pct(r, 0.99),
-                f"direct_{what}mean": statistics.fmean(d), f"router_{what}mean": statistics.fmean(r)}
+        for name, xs in samples.items():
+            got = [x[i] for x in xs]
+            row |= {f"{name}_{what}p50": pct(got, 0.5), f"{name}_{what}p99": pct(got, 0.99),
+                    f"{name}_{what}mean": statistics.fmean(got)}
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rates", default="50,100,200", help="requests/s, comma-separated (default 50,100,200)")
-    p.add_argument("--seconds", type=float, default=5.0, help="seconds per rate (default 5)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--upstream", choices=["sim", "stub"], default="sim",
-                   help="sim: a sim engine at --time-scale 0.01; stub: an instant HTTP responder (router cost only)")
-    p.add_argument("--stream", action="store_true",
-                   help=f"streamed requests (SSE; the stub sends {STREAM_CHUNKS} chunks {STREAM_GAP_S * 1000:g} ms "
-                        "apart): adds the time to the first chunk")
-    p.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.serve_stub:
-        serve_stub(args.serve_stub)
-        return 0
-    rates = [float(r) for r in args.rates.split(",")]
-    ep, rp = free_port(), free_port()
-    engine, router = f"http://127.0.0.1:{ep}", f"http://127.0.0.1:{rp}"
-    py = sys.executable
-    if args.upstream == "stub":
-        cmd = [py, str(Path(__file__).resolve()), "--serve-stub", str(ep)]
-    else:
-        cmd = [py, "-c", "import sys; from sim.engine_cli import main; sys.exit(main(sys.argv[1:]))",
-               "m", "--enforce-eager", "--time-scale", "0.01", "--max-num-seqs", "512",
-               "--host", "127.0.0.1", "--port", str(ep)]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)]
-    try:
-        wait_ready(engine)
-        procs.append(subprocess.Popen([py, "-m", "router.cli", "--hot", engine, "--cold", engine, "--port", str(rp),
-                                       "--policy-file", "", "--log-level", "warning"], cwd=ROOT))
-        wait_ready(router)
-        body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
-        pid = procs[-1].pid
-        rows = [asyncio.run(run_rate(engine, router, r, args.seconds, args.seed, body, lambda: cpu_seconds(pid)))
-                for r in rates]
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+NGINX_CONF = """worker_processes 1;
+master_process off;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/body;
+    proxy_temp_path {work}/proxy;
+    upstream engine {{ server 127.0.0.1:{engine}; keepalive 64; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(work: Path, engine_port: int, port: int) -> subprocess.Popen[bytes]:
+    """Debian's nginx as a keep-alive reverse proxy to the engine: one process (as the router is), no access log,
+    responses passed on as they come (proxy_buffering off, as the router streams)."""
+    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
+    if binary is None:
+        raise SystemExit("--nginx needs Debian's nginx: scripts/ensure-debian-packages.sh nginx-light:nginx "
+                         "(make bench-router runs it)")
+    (work / "nginx.conf").write_text(NGINX_CONF.format(work=work, engine=engine_port, port=port))
+    return subprocess.Popen([binary, "-p", str(work), "-c", str(work / "nginx.conf"), "-e", str(work / "error.log")],
+                            cwd=work, stdin=subprocess.DEVNULL)
+
+
+def print_tables(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
     ms = 1000.0
     kind = f"streamed ({STREAM_CHUNKS} chunks)" if args.stream else "non-streamed"
-    print(f"router overhead: open-loop Poisson arrivals, {args.seconds:g} s per rate, every arrival sent both "
-          f"directly and through the router; {kind} completions; upstream: {args.upstream}")
+    also = " and through nginx" if args.nginx else ""
+    print(f"router overhead: open-loop Poisson arrivals, {args.seconds:g} s per rate, every arrival sent "
+          f"directly and through the router{also} at once; {kind} completions; upstream: {args.upstream}")
     measures = [("", "whole response")] + ([("first_", "first chunk")] if args.stream else [])
     for what, label in measures:
         print(f"{label}:")
@@ -278,11 +285,85 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r[f'direct_{what}p99'] * ms:10.2f} {r[f'router_{what}p99'] * ms:10.2f} "
                   f"{(r[f'router_{what}p99'] - r[f'direct_{what}p99']) * ms:9.2f} | "
                   f"{r['cpu_per_request'] * ms:7.3f}")
+        if args.nginx:
+            print(f"router beside nginx, {label} (added = through the proxy minus direct, same arrivals):")
+            print(f"{'rate/s':>7} | {'router +p50':>11} {'nginx +p50':>10} {'x':>5} | {'router +p99':>11} "
+                  f"{'nginx +p99':>10} {'x':>5} | {'router CPU/req':>14} {'nginx CPU/req':>13} {'x':>5}  (ms)")
+            for r in rows:
+                added = {(p, q): (r[f"{p}_{what}{q}"] - r[f"direct_{what}{q}"]) * ms
+                         for p in ("router", "nginx") for q in ("p50", "p99")}
+                cpu = {p: r[f"{p}_cpu_per_request"] * ms for p in ("router", "nginx")}
+                print(f"{r['rate']:7.0f} | {added['router', 'p50']:11.2f} {added['nginx', 'p50']:10.2f} "
+                      f"{_ratio(added['router', 'p50'], added['nginx', 'p50']):>5} | {added['router', 'p99']:11.2f} "
+                      f"{added['nginx', 'p99']:10.2f} {_ratio(added['router', 'p99'], added['nginx', 'p99']):>5} | "
+                      f"{cpu['router']:14.3f} {cpu['nginx']:13.3f} {_ratio(cpu['router'], cpu['nginx']):>5}")
     last = rows[-1]
     added50 = (last["router_p50"] - last["direct_p50"]) * ms
     added99 = (last["router_p99"] - last["direct_p99"]) * ms
     print(f"goal at {last['rate']:.0f}/s: added P50 < 1 ms ({'met' if added50 < 1 else 'NOT met'}: {added50:.2f}), "
           f"added P99 < 5 ms ({'met' if added99 < 5 else 'NOT met'}: {added99:.2f})")
+    if args.nginx:
+        for r in rows:
+            ours, theirs = ((r[f"{p}_p50"] - r["direct_p50"]) * ms for p in ("router", "nginx"))
+            held = ours <= 2 * max(theirs, 0.0)
+            print(f"goal at {r['rate']:.0f}/s: router's added P50 within 2x of nginx's "
+                  f"({'met' if held else 'NOT met'}: {ours:.2f} vs {theirs:.2f} ms, {_ratio(ours, theirs)})")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}" if b > 1e-9 else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rates", default="50,100,200", help="requests/s, comma-separated (default 50,100,200)")
+    p.add_argument("--seconds", type=float, default=5.0, help="seconds per rate (default 5)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--upstream", choices=["sim", "stub"], default="sim",
+                   help="sim: a sim engine at --time-scale 0.01; stub: an instant HTTP responder (router cost only)")
+    p.add_argument("--stream", action="store_true",
+                   help=f"streamed requests (SSE; the stub sends {STREAM_CHUNKS} chunks {STREAM_GAP_S * 1000:g} ms "
+                        "apart): adds the time to the first chunk")
+    p.add_argument("--nginx", action="store_true",
+                   help="also send every arrival through Debian's nginx as a reverse proxy on the same hop")
+    p.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.serve_stub:
+        serve_stub(args.serve_stub)
+        return 0
+    rates = [float(r) for r in args.rates.split(",")]
+    ep, rp, np_ = free_port(), free_port(), free_port()
+    paths = {"direct": f"http://127.0.0.1:{ep}", "router": f"http://127.0.0.1:{rp}"}
+    py = sys.executable
+    if args.upstream == "stub":
+        cmd = [py, str(Path(__file__).resolve()), "--serve-stub", str(ep)]
+    else:
+        cmd = [py, "-c", "import sys; from sim.engine_cli import main; sys.exit(main(sys.argv[1:]))",
+               "m", "--enforce-eager", "--time-scale", "0.01", "--max-num-seqs", "512",
+               "--host", "127.0.0.1", "--port", str(ep)]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)]
+    with tempfile.TemporaryDirectory(prefix="router-bench-") as work:
+        try:
+            wait_ready(paths["direct"])
+            procs.append(subprocess.Popen([py, "-m", "router.cli", "--hot", paths["direct"], "--cold", paths["direct"],
+                                           "--port", str(rp), "--policy-file", "", "--log-level", "warning"],
+                                          cwd=ROOT))
+            wait_ready(paths["router"])
+            pids = {"router": procs[-1].pid}
+            if args.nginx:
+                procs.append(start_nginx(Path(work), ep, np_))
+                paths["nginx"] = f"http://127.0.0.1:{np_}"
+                wait_ready(paths["nginx"])
+                pids["nginx"] = procs[-1].pid
+            body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
+            cpus = {name: functools.partial(cpu_seconds, pid) for name, pid in pids.items()}
+            rows = [asyncio.run(run_rate(paths, r, args.seconds, args.seed, body, cpus)) for r in rates]
+        finally:
+            for proc in reversed(procs):
+                proc.terminate()
+            for proc in procs:
+                proc.wait(10)
+    print_tables(rows, args)
     return 0
 
 

@@ -23,7 +23,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.combine import EngineReading, build_signals
-from collectors.promfleet import Target, alternation, discover_targets, equality_matcher, fleet_snapshots_at
+from collectors.promfleet import (
+    ENGINES_PER_QUERY,
+    Target,
+    alternation,
+    discover_targets,
+    equality_matcher,
+    fleet_snapshots_at,
+)
 from collectors.promsource import PrometheusError, PrometheusSource
 from collectors.scrape import parse_metrics
 from collectors.types import MetricsSnapshot, Sample, Signals
@@ -60,7 +67,7 @@ class FakeClient:
 
     def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any:
         self.queries.append(query)
-        return self.rows
+        return [dict(r, metric=dict(r["metric"])) for r in self.rows]  # a fresh answer, as a real client's
 
     def custom_query_range(self, *args: Any, **kwargs: Any) -> Any:
         raise AssertionError("no range queries here")
@@ -90,6 +97,14 @@ def test_fleet_snapshots_split_one_answer_per_engine() -> None:
     fleet_snapshots_at(source, {"p": 'pod="p-1"', "q": 'pod="p-2"', "j": 'job="vllm", instance="a:1"'}, 102.0)
     assert len(client.queries) == 2
     assert any("pod=~" in q and "max by (job, instance, pod)" in q for q in client.queries)
+    # at most `per_query` engines' values in one query: three engines, two at a time, two queries
+    client.queries.clear()
+    chunked = fleet_snapshots_at(source, {"a": 'instance="a:1"', "b": 'instance="b:1"', "gone": 'instance="z:1"'},
+                                 102.0, per_query=2)
+    assert len(client.queries) == 2 and 'instance=~"a:1|b:1"' in client.queries[0]
+    assert 'instance=~"z:1"' in client.queries[1]
+    assert [type(chunked[e]).__name__ for e in ("a", "b", "gone")] == ["MetricsSnapshot", "MetricsSnapshot",
+                                                                      "PrometheusError"]
 
 
 def test_targets_become_engines() -> None:
@@ -304,7 +319,8 @@ def test_every_engine_is_discovered_and_read(fleet: Fleet) -> None:
 
 
 def test_queries_do_not_grow_with_the_engines(fleet: Fleet) -> None:
-    assert fleet.queries == 2  # one snapshot query per point in time for all 1,000 engines, not 2 x 1,000
+    # per point in time, one snapshot query per ENGINES_PER_QUERY engines (a bounded answer), not one per engine
+    assert fleet.queries == 2 * -(-ENGINES // ENGINES_PER_QUERY) < 2 * ENGINES
 
 
 def test_signals_are_what_was_backfilled_and_what_per_engine_reads_give(fleet: Fleet) -> None:
