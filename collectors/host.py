@@ -111,6 +111,7 @@ def role_of(title: str) -> str | None:
     return None
 
 
+HOST_MEMORY_TTL_S = 0.5  # one cycle's engines share one reading of /proc/meminfo
 RECHECK_S = 60.0  # a remembered port owner, still running, is checked on its sockets this often
 
 
@@ -133,6 +134,8 @@ class LocalProcessFinder:
         # daemon. Kept for RECHECK_S while the owner stays the same and none of the family has exited.
         self._families: dict[int, tuple[int, float, list[tuple[str, Any]]]] = {}
         self._titles: dict[int, str] = {}  # pid -> its title, as found with its family
+        # The host's memory and swap, read once for all the engines read within HOST_MEMORY_TTL_S (one cycle).
+        self._memory: tuple[float, dict[str, float | None], tuple[str, ...]] | None = None
 
     # -- discovery --
 
@@ -315,6 +318,17 @@ class LocalProcessFinder:
         return ProcessReading(pid=pid, role=role, title=title[:200], cpu_cores=cores, rss_bytes=rss, threads=threads)
 
     def _host_memory(self, notes: list[str]) -> dict[str, float | None]:
+        now = self.clock()
+        if self._memory is not None and 0.0 <= now - self._memory[0] < HOST_MEMORY_TTL_S:
+            notes.extend(self._memory[2])
+            return dict(self._memory[1])
+        said: list[str] = []
+        out = self._read_host_memory(said)
+        notes.extend(said)
+        self._memory = (now, dict(out), tuple(said))
+        return out
+
+    def _read_host_memory(self, notes: list[str]) -> dict[str, float | None]:
         out: dict[str, float | None] = {}
         try:
             vm = self.ps.virtual_memory()
