@@ -39,6 +39,7 @@ class AdviseSettings:
     space: SearchSpace
     seed: int = 0
     max_fit_error: float = MAX_FIT_ERROR
+    pick: Mapping[str, int | bool] | None = None  # a chosen change instead of the twin's best (--pick)
 
 
 def _around(value: int, low: int = 1) -> tuple[int, ...]:
@@ -135,6 +136,13 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
     candidates = [s for s in grid(base, seqs, batched, space.chunked_prefill) if s != base]
     tried = search(base, candidates, runner)
     pick = best(cur, [cur, *tried])
+    if opts.pick:
+        chosen = replace(base, **opts.pick)  # type: ignore[arg-type]
+        known = [c for c in tried if c.settings == chosen]
+        got = known[0].predicted if known else runner(chosen)
+        if isinstance(got, str) or got is None:
+            raise AdviseError(f"{w.ref.name}: --pick {settings_dict(chosen)['vllm_flags']}: {got}")
+        pick = Candidate("twin best", chosen, got, "chosen with --pick (not necessarily the twin's best)")
     flags = " ".join(pick.settings.vllm_flags())
     out.update(
         current=cur.to_dict(), seed_rules=seed_c.to_dict(), twin_best=pick.to_dict(),
