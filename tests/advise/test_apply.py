@@ -146,7 +146,9 @@ def test_advise_apply_relaunches_and_measures_its_prediction(tmp_path: Path) -> 
         (rec,) = LocalLauncher(s.state).adopt()  # the old engine is stopped, the new one runs the advice
         assert rec.pid != s.old_pid and f"--max-num-seqs {new_seqs}" in cmdline(rec.pid)
         p = a["prediction"]
-        assert p["checked"] and p["same_traffic"], p
+        # 10 s of Poisson arrivals at 8 req/s vary by ~11% (one sd) between windows: like-for-like is asserted on 60 s
+        assert p["checked"] and p["traffic_ratio"] is not None and math.isfinite(p["traffic_ratio"]), p
+        assert p["same_traffic"] or not FULL, p
         errors = {m: p["errors"][m] for m in ("p99_ttft_s", "p99_e2e_s", "qps")}
         assert all(v is not None and math.isfinite(v) for v in errors.values()), errors
         (line,) = [x for x in AuditLog(s.state / "audit.jsonl").events(a["id"]) if x["event"] == "prediction_checked"]
