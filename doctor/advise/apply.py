@@ -11,6 +11,7 @@ prediction is compared with what it measured: the error per metric goes to the o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -79,9 +80,11 @@ def _finite(v: float | None) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def check(predicted: Mapping[str, Any], before: EngineWindow, after: EngineWindow) -> dict[str, Any]:
+def check(predicted: Mapping[str, Any], before: EngineWindow, after: EngineWindow,
+          replayed: Callable[[EngineWindow], Prediction | str] | None = None) -> dict[str, Any]:
     """What the engine measured after the change against the twin's prediction, and whether the traffic stayed
-    the same (arrival rate within SAME_TRAFFIC)."""
+    the same (arrival rate within SAME_TRAFFIC). `replayed`: the twin (fitted, the new settings) on the after
+    window's own workload, so the twin's error is told apart from the traffic's change."""
     if len(after.chain) < 2:
         return {"checked": False, "why": f"{len(after.chain)} read(s) of /metrics after the change: nothing to "
                 "compare" + (f" ({'; '.join(after.problems)})" if after.problems else "")}
@@ -105,6 +108,16 @@ def check(predicted: Mapping[str, Any], before: EngineWindow, after: EngineWindo
         "traffic_ratio": None if ratio is None else round(ratio, 4),
         "same_traffic": ratio is not None and abs(ratio - 1) <= SAME_TRAFFIC,
     }
+    if replayed is not None and measured.requests > 0:
+        again = replayed(after)
+        if isinstance(again, str):
+            out["replayed"] = {"why": again}
+        else:
+            rerr = errors(again, measured)
+            rknown = [e for e in rerr.values() if e is not None]
+            out["replayed"] = {"predicted": {m: again.get(m) for m in rerr},
+                               "errors": {k: None if v is None else round(v, 4) for k, v in rerr.items()},
+                               "worst_error": round(max(rknown), 4) if rknown else None}
     if measured.requests < 1:
         out["note"] = "no request finished in the window after the change"
     elif not out["same_traffic"]:
@@ -115,7 +128,8 @@ def check(predicted: Mapping[str, Any], before: EngineWindow, after: EngineWindo
 
 async def apply_advice(results: list[dict[str, Any]], windows: list[EngineWindow], remediator: Any,
                        opts: ApplyOptions, *, clock: Callable[[], float] = time.time, sleep: Sleep,
-                       transport: httpx.AsyncBaseTransport | None = None) -> None:
+                       transport: httpx.AsyncBaseTransport | None = None,
+                       replay: Callable[[str, EngineWindow], Prediction | str] | None = None) -> None:
     """For each engine whose advice is a change: plan, apply within the guardrails, check the prediction.
     Each result gets an `applied` object (what happened, and the check when it was applied)."""
     by_name = {w.ref.name: w for w in windows}
@@ -152,14 +166,14 @@ async def apply_advice(results: list[dict[str, Any]], windows: list[EngineWindow
                                       window_s=opts.check_s + opts.every_s, timeout_s=opts.timeout_s, clock=clock,
                                       sleep=sleep, transport=transport)
         predicted = (result.get("twin_best") or {}).get("predicted") or {}
-        got = check(predicted, before, after)
+        got = check(predicted, before, after, functools.partial(replay, str(result["engine"])) if replay else None)
         if got.get("checked") and got["requests"] < opts.min_requests:
             got["note"] = (f"{got['requests']} requests finished in the window after the change, fewer than "
                            f"{opts.min_requests}: the error is noisy")
         out["prediction"] = got
         remediator.audit.write("prediction_checked", rec, **{k: got.get(k) for k in (
             "checked", "why", "window_s", "requests", "predicted", "measured", "errors", "worst_error",
-            "traffic_ratio", "same_traffic", "note")})
+            "traffic_ratio", "same_traffic", "replayed", "note")})
         out["status"] = rec.status
         out["reason"] = ("applied; prediction checked: worst error " + (
             f"{got['worst_error']:.1%}" if got.get("worst_error") is not None else "unknown")

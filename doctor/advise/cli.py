@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TextIO
 import httpx
 
 from doctor.advise import AdviseError
-from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine
+from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine, replay
 from doctor.advise.read import EngineWindow, Sleep, read_windows
 from doctor.advise.report import render
 from doctor.advise.route import search_route
@@ -243,8 +243,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
 
         rem = remediator(config, state_dir or _default_state_dir(), clock=clock, transport=transport,
                          sleep=sleep or asyncio.sleep, engines=engines)
+        def again(name: str, w: EngineWindow) -> Any:
+            picked = kept[name].pick
+            if picked is None:
+                return "no fitted settings to replay"
+            try:
+                return replay(w, picked, config.slo_for(name), ns.seed)
+            except AdviseError as exc:
+                return str(exc)
+
         asyncio.run(apply_advice(results, windows, rem, apply_opts, clock=clock, sleep=sleep or asyncio.sleep,
-                                 transport=transport))
+                                 transport=transport, replay=again))
     out.write(json.dumps(doc, indent=2, allow_nan=False) + "\n" if ns.format == "json" else render(doc))
     if all("error" in r for r in results):
         return 3

@@ -80,6 +80,20 @@ class Fitted:
 
     profile: WorkloadProfile | None = None
     settings: Settings | None = None
+    pick: Settings | None = None  # the recommended (or --pick) settings with the fitted time scale
+
+
+def replay(w: EngineWindow, settings: Settings, slo: Mapping[str, float], seed: int = 0) -> Prediction:
+    """The twin with `settings` on the workload of window `w` (its arrivals per read interval, its lengths): what it
+    predicts for traffic that came later, e.g. after a change (`doctor advise --apply`)."""
+    view = window_view(w.chain)
+    profile = profile_of(w.ref.name, w.ref.role, view, w.chain, w.config)
+    requests = draw(profile, duration_s=WARMUP_S + view.length_s, seed=seed,
+                    max_len=settings.max_model_len or 32768, replay_from=WARMUP_S)
+    got = _runner(requests, view.length_s, slo, seed)(settings)
+    if isinstance(got, str):
+        raise AdviseError(f"{w.ref.name}: {got}")
+    return got
 
 
 def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = None) -> dict[str, Any]:
@@ -144,6 +158,8 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
             raise AdviseError(f"{w.ref.name}: --pick {settings_dict(chosen)['vllm_flags']}: {got}")
         pick = Candidate("twin best", chosen, got, "chosen with --pick (not necessarily the twin's best)")
     flags = " ".join(pick.settings.vllm_flags())
+    if keep is not None:
+        keep.pick = pick.settings
     out.update(
         current=cur.to_dict(), seed_rules=seed_c.to_dict(), twin_best=pick.to_dict(),
         grid=[c.to_dict() for c in tried],

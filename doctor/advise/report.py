@@ -35,6 +35,10 @@ def _applied(a: dict[str, Any] | None) -> list[str]:
             err = p["errors"][key]
             out.append("    " + f"{label + (' ' + unit if unit else ''):14}{_num(p['predicted'].get(key)):>12}"
                        f"{_num(p['measured'].get(key)):>12}{'-' if err is None else f'{err:.1%}':>9}")
+    r = p.get("replayed") or {}
+    if r.get("errors"):
+        errs = ", ".join(f"{k} {v:.1%}" for k, v in r["errors"].items() if v is not None)
+        out.append(f"    the twin replaying the traffic that came after the change: error {errs}")
     if p.get("note"):
         out.append(f"    note: {p['note']}")
     out.append("    (recorded in the audit log as prediction_checked)")

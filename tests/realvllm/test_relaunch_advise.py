@@ -15,6 +15,8 @@ import dataclasses
 import io
 import json
 import math
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -109,10 +111,12 @@ def _adopt(state: Path, server: RealServer, command: str) -> None:
 
 def test_advise_apply_max_num_seqs_on_real_vllm(real_vllm: RealServer, tmp_path: Path) -> None:
     state = tmp_path / "state"
-    work = tmp_path / "relaunched"
+    # vLLM's engine core binds a unix socket under the work folder: its path must stay under 107 characters
+    work = Path(tempfile.mkdtemp(prefix="advise-rv-"))
     launcher = (f"env -u PYTHONPATH -u VIRTUAL_ENV {DIR_ENV}={tier_dir()} sh {SERVE} {{port}} {work} "
                 f"--served-model-name {SERVED_NAME} --max-num-seqs {{max_num_seqs}}")
-    _adopt(state, real_vllm, launcher)
+    port = int(real_vllm.url.rsplit(":", 1)[1])
+    _adopt(state, real_vllm, launcher.format(port=port, max_num_seqs=real_vllm.max_num_seqs))
     config = _config(tmp_path, real_vllm, launcher=launcher, state=state)
     try:
         with _traffic(real_vllm.url, real_vllm.vocab_size, 3 * WINDOW_S + 300):
@@ -149,3 +153,4 @@ def test_advise_apply_max_num_seqs_on_real_vllm(real_vllm: RealServer, tmp_path:
     finally:
         for rec in LocalLauncher(state).adopt():
             asyncio.run(LocalLauncher(state).stop(rec))
+        shutil.rmtree(work, ignore_errors=True)
