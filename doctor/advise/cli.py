@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", action="append", default=[], metavar="NAME=URL", help="an engine (repeatable)")
     p.add_argument("--sample", help="read the engines for this long now (e.g. 5m); default: only the snapshots "
                    "`doctor diagnose` kept in the state directory, closed by one read")
-    p.add_argument("--every", default="5s", help="with --sample: between reads (default 5s)")
+    p.add_argument("--every", default="5s", help="with --sample: between reads; with --prometheus: the step of its "
+                   "history (default 5s; at most 720 steps)")
+    p.add_argument("--prometheus", metavar="URL", help="read the window from this Prometheus server's history "
+                   "(with --since) instead of the engines: the same series, selected by instance or the config's "
+                   "selector")
+    p.add_argument("--since", help="with --prometheus: the window, e.g. 1h (default 1h)")
     p.add_argument("--window", default="20m", help="the window of kept snapshots to use (default 20m)")
     p.add_argument("--state-dir", type=Path, help="where `doctor diagnose` keeps snapshots (default: the config's)")
     p.add_argument("--preset", default="a100-13b", help="the sim preset that stands in for the model and GPU "
@@ -218,9 +223,27 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
 
             state_dir = default_state_dir()
         started = time.perf_counter()
-        windows = asyncio.run(read_windows(engines, state_dir=state_dir, sample_s=sample_s, every_s=every_s,
-                                           window_s=window_s, timeout_s=timeout_s, clock=clock,
-                                           sleep=sleep or asyncio.sleep, transport=transport))
+        prom = ns.prometheus or (config.prometheus_url if ns.since else None)
+        if ns.since and not prom:
+            raise UsageError("doctor advise: error: --since needs --prometheus URL (history comes from Prometheus)")
+        if prom and ns.sample:
+            raise UsageError("doctor advise: error: --prometheus reads history; --sample reads the engines now: "
+                             "give one")
+        if prom:
+            from doctor.advise.read import read_prometheus_windows
+
+            try:
+                since_s = parse_duration(ns.since or "1h")
+            except DurationError as exc:
+                raise UsageError(f"doctor advise: error: {exc}") from None
+            if since_s <= 0:
+                raise UsageError("doctor advise: error: --since must be > 0")
+            windows = read_prometheus_windows(engines, url=prom, since_s=since_s, step_s=every_s, clock=clock,
+                                              timeout_s=timeout_s)
+        else:
+            windows = asyncio.run(read_windows(engines, state_dir=state_dir, sample_s=sample_s, every_s=every_s,
+                                               window_s=window_s, timeout_s=timeout_s, clock=clock,
+                                               sleep=sleep or asyncio.sleep, transport=transport))
     except AdviseError as exc:
         print(str(exc), file=err)
         return 3
