@@ -92,6 +92,6 @@ def test_advise_reads_its_window_from_prometheus(tmp_path: Path) -> None:
     print(json.dumps({"prometheus": got, "direct": want, "fit": e["fit"]["errors"]}, indent=1))
     assert got["requests"] == want["requests"] and got["requests"] >= 250
     for k in ("rate_qps", "avg_prompt_tokens", "avg_generation_tokens", "window_s"):
-        assert math.isclose(got[k], want[k], rel_tol=0.02), (k, got[k], want[k])
+        assert math.isclose(got[k], float(want[k]), rel_tol=0.02), (k, got[k], want[k])  # type: ignore[arg-type]
     assert e["fit"] is not None and all(v is None or math.isfinite(v) for v in e["fit"]["errors"].values())
     assert code in (0, 1), err.getvalue()
