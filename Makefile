@@ -61,7 +61,7 @@ fuzz: $(STAMP)
 live-trial: $(STAMP)
 	LIVE_TRIAL_S=300 $(BIN)/pytest -q tests/trials/test_live_cron.py
 
-# `doctor advise --apply` on a sim ground truth with 60 s windows, the 20% prediction bound asserted (make test runs a
+# `doctor advise --apply` on a sim ground truth with 120 s windows, the 20% prediction bound asserted (make test runs a
 # 10 s smoke of it: tests/advise/test_apply.py). A few minutes.
 advise-apply: $(STAMP)
 	ADVISE_APPLY_FULL=1 ADVISE_APPLY_SCALE=0.8 ADVISE_APPLY_RATE=3 $(BIN)/pytest -q -s tests/advise/test_apply.py

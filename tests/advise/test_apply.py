@@ -5,7 +5,7 @@ generated traffic; `doctor advise --apply` fits the twin, applies its recommenda
 engine under the same traffic and records the prediction error in the audit log.
 
 make test runs a smoke (10 s windows: the path works end to end, the error is finite and audited; no bound, 100
-requests make a noisy P99). `make advise-apply` (ADVISE_APPLY_FULL=1) runs 60 s windows and asserts must-show #1's
+requests make a noisy P99). `make advise-apply` (ADVISE_APPLY_FULL=1) runs 120 s windows and asserts must-show #1's
 second half: the change lands within 20% of the twin's prediction (P99 TTFT, P99 e2e, throughput) for the traffic
 that came after it (the twin replaying the after window's workload); the prediction made at advice time, for the
 traffic before, is printed beside it (the two windows' traffic differs by chance: 15% more arrivals in one run)."""
@@ -38,7 +38,7 @@ from sim.loadgen import run_load
 from sim.workload import WorkloadSpec, generate
 
 FULL = os.environ.get("ADVISE_APPLY_FULL", "") not in ("", "0")
-WINDOW_S = 60.0 if FULL else 10.0
+WINDOW_S = float(os.environ.get("ADVISE_APPLY_WINDOW_S", "120" if FULL else "10"))
 RATE = float(os.environ.get("ADVISE_APPLY_RATE", "8"))
 TOLD_SEQS = 8  # tight for the traffic: a longer TTFT tail than at 16
 HIDDEN_SCALE = os.environ.get("ADVISE_APPLY_SCALE", "0.4")  # not told to the advisor: a faster GPU than the preset
