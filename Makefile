@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial fuzz bench-fleet bench-router bench-packages
+.PHONY: demo test lint typecheck unit bench clean debian-packages live-trial fuzz bench-fleet bench-router bench-packages advise-apply
 
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "serving-doctor needs Python >= 3.11, found " + sys.version.split()[0])'
@@ -72,6 +72,11 @@ fuzz: $(STAMP)
 # The live cron trial for its full five minutes (make test runs 150 s of it: tests/trials/test_live_cron.py).
 live-trial: $(STAMP)
 	LIVE_TRIAL_S=300 $(BIN)/pytest -q tests/trials/test_live_cron.py
+
+# `doctor advise --apply` on a sim ground truth with 120 s windows, the 20% prediction bound asserted (make test runs a
+# 10 s smoke of it: tests/advise/test_apply.py). A few minutes.
+advise-apply: $(STAMP)
+	ADVISE_APPLY_FULL=1 ADVISE_APPLY_SCALE=0.8 ADVISE_APPLY_RATE=3 $(BIN)/pytest -q -s tests/advise/test_apply.py
 
 bench: $(STAMP) bench-packages
 	$(BIN)/python bench/sim_calibration.py

@@ -112,6 +112,21 @@ def _timeline(path: Path, seconds: float, storm_at: float, storm_for: float) -> 
                    started_at=time.time(), phases=phases, end_s=seconds, expected="p99_spike on cold -> length_limit")
 
 
+def demo_config(work: Path, router_url: str, hot_url: str, cold_url: str, *, tui: bool = False, port: int = 0,
+                for_s: float | None = None) -> str:
+    """The demo's doctor.toml (the checklist tests read the same deployment: tests/advise/test_checklist_demo.py)."""
+    return (
+        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "{"approve" if tui else "auto"}"\nsample_s = "8s"\n'
+        'timeout_s = "60s"\n'
+        'length_limit_lift_after_s = "30s"\ncooldown_s = "60s"\n\n'
+        f'[router]\nurl = "{router_url}"\ntoken_env = "DEMO_ROUTER_TOKEN"\n\n'
+        f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot_url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
+        '[engines.slo]\np99_ttft_s = 2.0\n\n'
+        f'[[engines]]\nname = "cold"\nrole = "cold"\nurl = "{cold_url}"\nmax_model_len = 32768\nmax_num_seqs = 2\n'
+        '[engines.slo]\np99_ttft_s = 8.0\n' + (demo_tui.serve_section(work, port) if tui else "")
+        + ("" if for_s is None else f'\n[playbooks.p99_spike]\nfor_s = "{for_s:g}s"\n'))
+
+
 async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: float, seed: int,
                    time_scale: float, tui: bool = False, for_s: float | None = None) -> int:
     say = print
@@ -126,16 +141,7 @@ async def run_demo(seconds: float, rate: float, storm_at: float, storm_for: floa
     work = Path(tempfile.mkdtemp(prefix="doctor-demo-"))
     config = work / "doctor.toml"
     port = free_port("127.0.0.1")
-    config.write_text(
-        f'[doctor]\nstate_dir = "{work / "state"}"\nmode = "{"approve" if tui else "auto"}"\nsample_s = "8s"\n'
-        'timeout_s = "60s"\n'
-        'length_limit_lift_after_s = "30s"\ncooldown_s = "60s"\n\n'
-        f'[router]\nurl = "{router.url}"\ntoken_env = "DEMO_ROUTER_TOKEN"\n\n'
-        f'[[engines]]\nname = "hot"\nrole = "hot"\nurl = "{hot.url}"\nmax_model_len = 32768\nmax_num_seqs = 16\n'
-        '[engines.slo]\np99_ttft_s = 2.0\n\n'
-        f'[[engines]]\nname = "cold"\nrole = "cold"\nurl = "{cold.url}"\nmax_model_len = 32768\nmax_num_seqs = 2\n'
-        '[engines.slo]\np99_ttft_s = 8.0\n' + (demo_tui.serve_section(work, port) if tui else "")
-        + ("" if for_s is None else f'\n[playbooks.p99_spike]\nfor_s = "{for_s:g}s"\n'))
+    config.write_text(demo_config(work, router.url, hot.url, cold.url, tui=tui, port=port, for_s=for_s))
     os.environ["DEMO_ROUTER_TOKEN"] = TOKEN
     try:
         say("serving-doctor demo: hot and cold vLLM engines (simulated) behind the hot/cold router, on loopback.")

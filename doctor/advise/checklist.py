@@ -4,6 +4,7 @@ checkable from here; the reason says why). Only fail counts in the exit code (1)
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -43,12 +44,12 @@ def cuda_item(nvml: Any | None) -> Item:
             pynvml.nvmlInit()
             lib = pynvml
         except Exception as exc:  # ImportError, OSError, NVMLError: no GPU here
-            return Item("cuda", title, "unknown", f"NVML not usable on this host ({type(exc).__name__}: {exc}); "
-                        "run the checklist on the GPU host")
+            return Item("cuda", title, "unknown", f"could not check: no NVML on this host ({type(exc).__name__}: "
+                        f"{exc}); run the checklist on the GPU host")
     try:
         raw = int(lib.nvmlSystemGetCudaDriverVersion())
     except Exception as exc:
-        return Item("cuda", title, "unknown", f"nvmlSystemGetCudaDriverVersion failed: {exc}")
+        return Item("cuda", title, "unknown", f"could not check: nvmlSystemGetCudaDriverVersion failed: {exc}")
     version = (raw // 1000, (raw % 1000) // 10)
     ok = version >= CUDA_MIN
     return Item("cuda", title, "pass" if ok else "fail",
@@ -158,18 +159,27 @@ def expected_rules(path: Path = SHIPPED_RULES) -> list[str]:
         return [r.alert for r in RULES]
 
 
-def _get_json(client: httpx.Client, url: str) -> tuple[Any | None, str]:
+def _get_json(client: httpx.Client, url: str, headers: Mapping[str, str] | None = None) -> tuple[Any | None, str]:
     try:
-        r = client.get(url)
+        r = client.get(url, headers=headers)
         r.raise_for_status()
         return r.json(), ""
     except (httpx.HTTPError, ValueError) as exc:
-        return None, f"GET {url} failed: {type(exc).__name__}: {exc}"
+        return None, f"GET {url} failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+def _router_headers(config: Any, environ: Mapping[str, str]) -> tuple[dict[str, str], str]:
+    """The policy API's bearer token from the config's token_file / token_env (the policy document needs it)."""
+    try:
+        token = config.router.token(environ)
+    except ValueError as exc:  # a refused token file
+        return {}, f"; the router token could not be read: {exc}"
+    return ({"Authorization": f"Bearer {token}"}, "") if token else ({}, "")
 
 
 def run_checklist(config: Any, engines: Sequence[Any], *, state_dir: Path | None, transport: httpx.BaseTransport
                   | None = None, nvml: Any | None = None, expected_rules: Sequence[str] = (),
-                  timeout_s: float = 5.0
+                  timeout_s: float = 5.0, environ: Mapping[str, str] | None = None
                   ) -> dict[str, Any]:
     """Every item, read now; the document `doctor advise --checklist --format json` prints."""
     started = time.perf_counter()
@@ -182,8 +192,10 @@ def run_checklist(config: Any, engines: Sequence[Any], *, state_dir: Path | None
     items.append(fragmentation_item(history, [e.name for e in engines]))
     with httpx.Client(transport=transport, timeout=timeout_s, trust_env=False) as client:
         router = config.router.url
+        headers, token_note = _router_headers(config, os.environ if environ is None else environ)
         policy, why = (None, "no router configured ([router] url)") if not router else \
-            _get_json(client, router.rstrip("/") + "/router/policy")
+            _get_json(client, router.rstrip("/") + "/router/policy", headers)
+        why += token_note if policy is None and router else ""
         items += router_items(policy, why)
         prom = config.prometheus_url
         names: list[str] | None = None

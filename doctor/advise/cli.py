@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import Any, NoReturn, TextIO
 import httpx
 
 from doctor.advise import AdviseError
-from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine
+from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine, replay
 from doctor.advise.read import EngineWindow, Sleep, read_windows
 from doctor.advise.report import render
 from doctor.advise.route import search_route
@@ -47,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", action="append", default=[], metavar="NAME=URL", help="an engine (repeatable)")
     p.add_argument("--sample", help="read the engines for this long now (e.g. 5m); default: only the snapshots "
                    "`doctor diagnose` kept in the state directory, closed by one read")
-    p.add_argument("--every", default="5s", help="with --sample: between reads (default 5s)")
+    p.add_argument("--every", default="5s", help="with --sample: between reads; with --prometheus: the step of its "
+                   "history (default 5s; at most 720 steps)")
+    p.add_argument("--prometheus", metavar="URL", help="read the window from this Prometheus server's history "
+                   "(with --since) instead of the engines: the same series, selected by instance or the config's "
+                   "selector")
+    p.add_argument("--since", help="with --prometheus: the window, e.g. 1h (default 1h)")
     p.add_argument("--window", default="20m", help="the window of kept snapshots to use (default 20m)")
     p.add_argument("--state-dir", type=Path, help="where `doctor diagnose` keeps snapshots (default: the config's)")
     p.add_argument("--preset", default="a100-13b", help="the sim preset that stands in for the model and GPU "
@@ -67,6 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "fragmentation, the router's fairness window and threshold, the alert rules in Prometheus, "
                    "quantization A/B evidence, warm-up; each with its verdict and how it was checked (exit 1 when "
                    "an item fails)")
+    p.add_argument("--apply", action="store_true", help="apply the recommended change through the remediation path "
+                   "(`doctor diagnose --fix`'s: the mode, approval, guardrails, the launcher's relaunch, blue/green "
+                   "where spare GPUs exist), then read the engine again and record the prediction error in the "
+                   "audit log")
+    p.add_argument("--pick", help="a chosen change instead of the twin's best, e.g. max_num_seqs=8 (keys max_num_seqs, "
+                   "max_num_batched_tokens): predicted on the twin and, with --apply, applied and checked; measures "
+                   "the twin's trust on a change of your choosing")
+    p.add_argument("--yes", action="store_true", help="with --apply in approve mode: approve from this terminal")
+    p.add_argument("--mode", choices=("observe", "dry-run", "approve", "auto"),
+                   help="with --apply: the remediation mode for this run (default: the config's, else observe)")
+    p.add_argument("--check-window", help="with --apply: how long to read the engine after the change (default: "
+                   "--sample's length, else 5m)")
+    p.add_argument("--settle", default="10s", help="with --apply: wait this long after the new engine is healthy "
+                   "and warmed up before the check window opens (default 10s)")
     p.add_argument("--format", choices=["text", "json"], default="text")
     return p
 
@@ -81,6 +101,21 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
     if not values or min(values) < 1:
         raise UsageError(f"doctor advise: error: {flag} {text!r}: give one or more values >= 1")
     return values
+
+
+def _pick(text: str | None) -> dict[str, int] | None:
+    if text is None:
+        return None
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_").lstrip("_")
+        if not sep or key not in ("max_num_seqs", "max_num_batched_tokens") or not value.strip().isdigit() \
+                or int(value) < 1:
+            raise UsageError(f"doctor advise: error: --pick {text!r}: expected max_num_seqs=N and/or "
+                             "max_num_batched_tokens=N (whole numbers >= 1), comma-separated")
+        out[key] = int(value)
+    return out
 
 
 def _chunked(text: str) -> tuple[bool, ...]:
@@ -168,12 +203,18 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             raise UsageError("doctor advise: error: --max-fit-error must be a share > 0, e.g. 0.25")
         if ns.min_requests < 1:
             raise UsageError("doctor advise: error: --min-requests must be >= 1")
+        apply_opts = _apply_options(ns, sample_s, every_s, timeout_s) if ns.apply else None
+        if apply_opts is None and (ns.yes or ns.mode or ns.check_window):
+            raise UsageError("doctor advise: error: --yes, --mode and --check-window only make sense with --apply")
+        if ns.mode is not None:
+            config = dataclasses.replace(config, mode=ns.mode)
         from sim.presets import UnknownPresetError, get_preset
 
         try:
             get_preset(ns.preset)
         except UnknownPresetError as exc:
             raise UsageError(f"doctor advise: error: --preset: {exc}") from None
+        pick = _pick(ns.pick)
         space = SearchSpace(_ints(ns.max_num_seqs_grid, "--max-num-seqs-grid"),
                             _ints(ns.batched_tokens_grid, "--batched-tokens-grid"), _chunked(ns.chunked_grid))
         state_dir = ns.state_dir or config.state_dir
@@ -182,9 +223,27 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
 
             state_dir = default_state_dir()
         started = time.perf_counter()
-        windows = asyncio.run(read_windows(engines, state_dir=state_dir, sample_s=sample_s, every_s=every_s,
-                                           window_s=window_s, timeout_s=timeout_s, clock=clock,
-                                           sleep=sleep or asyncio.sleep, transport=transport))
+        prom = ns.prometheus or (config.prometheus_url if ns.since else None)
+        if ns.since and not prom:
+            raise UsageError("doctor advise: error: --since needs --prometheus URL (history comes from Prometheus)")
+        if prom and ns.sample:
+            raise UsageError("doctor advise: error: --prometheus reads history; --sample reads the engines now: "
+                             "give one")
+        if prom:
+            from doctor.advise.read import read_prometheus_windows
+
+            try:
+                since_s = parse_duration(ns.since or "1h")
+            except DurationError as exc:
+                raise UsageError(f"doctor advise: error: {exc}") from None
+            if since_s <= 0:
+                raise UsageError("doctor advise: error: --since must be > 0")
+            windows = read_prometheus_windows(engines, url=prom, since_s=since_s, step_s=every_s, clock=clock,
+                                              timeout_s=timeout_s)
+        else:
+            windows = asyncio.run(read_windows(engines, state_dir=state_dir, sample_s=sample_s, every_s=every_s,
+                                               window_s=window_s, timeout_s=timeout_s, clock=clock,
+                                               sleep=sleep or asyncio.sleep, transport=transport))
     except AdviseError as exc:
         print(str(exc), file=err)
         return 3
@@ -192,7 +251,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     kept: dict[str, Fitted] = {}
     for w in windows:
         opts = AdviseSettings(ns.preset, ns.min_requests, config.slo_for(w.ref.name), space, ns.seed,
-                              ns.max_fit_error)
+                              ns.max_fit_error, pick)
         kept[w.ref.name] = Fitted()
         try:
             results.append(advise_engine(w, opts, kept[w.ref.name]))
@@ -201,7 +260,45 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     doc: dict[str, Any] = {"schema": "serving-doctor/advise/1", "engines": results,
                            "route": _route(windows, kept, config, ns)}
     doc["took_s"] = round(time.perf_counter() - started, 3)
+    if apply_opts is not None:
+        from doctor.advise.apply import apply_advice
+        from doctor.remedy.setup import remediator
+
+        rem = remediator(config, state_dir or _default_state_dir(), clock=clock, transport=transport,
+                         sleep=sleep or asyncio.sleep, engines=engines)
+        def again(name: str, w: EngineWindow) -> Any:
+            picked = kept[name].pick
+            if picked is None:
+                return "no fitted settings to replay"
+            try:
+                return replay(w, picked, config.slo_for(name), ns.seed)
+            except AdviseError as exc:
+                return str(exc)
+
+        asyncio.run(apply_advice(results, windows, rem, apply_opts, clock=clock, sleep=sleep or asyncio.sleep,
+                                 transport=transport, replay=again))
     out.write(json.dumps(doc, indent=2, allow_nan=False) + "\n" if ns.format == "json" else render(doc))
     if all("error" in r for r in results):
         return 3
+    if any((r.get("applied") or {}).get("status") in ("failed", "rolled_back") for r in results):
+        return 2
     return 1 if any(r.get("withheld") or r.get("error") for r in results) else 0
+
+
+def _default_state_dir() -> Path:
+    from doctor.state import default_state_dir
+
+    return default_state_dir()
+
+
+def _apply_options(ns: argparse.Namespace, sample_s: float, every_s: float, timeout_s: float) -> Any:
+    from doctor.advise.apply import ApplyOptions
+
+    try:
+        check_s = parse_duration(ns.check_window) if ns.check_window else (sample_s or 300.0)
+        settle_s = parse_duration(ns.settle)
+    except DurationError as exc:
+        raise UsageError(f"doctor advise: error: {exc}") from None
+    if check_s <= 0 or settle_s < 0:
+        raise UsageError("doctor advise: error: --check-window must be > 0 and --settle >= 0")
+    return ApplyOptions(ns.yes, check_s, every_s, settle_s, timeout_s, ns.min_requests)

@@ -39,6 +39,7 @@ class AdviseSettings:
     space: SearchSpace
     seed: int = 0
     max_fit_error: float = MAX_FIT_ERROR
+    pick: Mapping[str, int | bool] | None = None  # a chosen change instead of the twin's best (--pick)
 
 
 def _around(value: int, low: int = 1) -> tuple[int, ...]:
@@ -79,6 +80,20 @@ class Fitted:
 
     profile: WorkloadProfile | None = None
     settings: Settings | None = None
+    pick: Settings | None = None  # the recommended (or --pick) settings with the fitted time scale
+
+
+def replay(w: EngineWindow, settings: Settings, slo: Mapping[str, float], seed: int = 0) -> Prediction:
+    """The twin with `settings` on the workload of window `w` (its arrivals per read interval, its lengths): what it
+    predicts for traffic that came later, e.g. after a change (`doctor advise --apply`)."""
+    view = window_view(w.chain)
+    profile = profile_of(w.ref.name, w.ref.role, view, w.chain, w.config)
+    requests = draw(profile, duration_s=WARMUP_S + view.length_s, seed=seed,
+                    max_len=settings.max_model_len or 32768, replay_from=WARMUP_S)
+    got = _runner(requests, view.length_s, slo, seed)(settings)
+    if isinstance(got, str):
+        raise AdviseError(f"{w.ref.name}: {got}")
+    return got
 
 
 def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = None) -> dict[str, Any]:
@@ -135,7 +150,16 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
     candidates = [s for s in grid(base, seqs, batched, space.chunked_prefill) if s != base]
     tried = search(base, candidates, runner)
     pick = best(cur, [cur, *tried])
+    if opts.pick:
+        chosen = replace(base, **opts.pick)  # type: ignore[arg-type]
+        known = [c for c in tried if c.settings == chosen]
+        got = known[0].predicted if known else runner(chosen)
+        if isinstance(got, str) or got is None:
+            raise AdviseError(f"{w.ref.name}: --pick {settings_dict(chosen)['vllm_flags']}: {got}")
+        pick = Candidate("twin best", chosen, got, "chosen with --pick (not necessarily the twin's best)")
     flags = " ".join(pick.settings.vllm_flags())
+    if keep is not None:
+        keep.pick = pick.settings
     out.update(
         current=cur.to_dict(), seed_rules=seed_c.to_dict(), twin_best=pick.to_dict(),
         grid=[c.to_dict() for c in tried],

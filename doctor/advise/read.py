@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -74,4 +75,46 @@ async def read_windows(engines: Sequence[EngineRef], *, state_dir: Path | None, 
         w.config = config_of(reading)
         models = reading.last_ok("models")
         w.model = str(models.data.get("model")) if models and models.data.get("model") else None
+    return list(out.values())
+
+
+MAX_PROM_POINTS = 720  # instant queries per engine group at most; a longer --since is read at a coarser step
+
+
+def read_prometheus_windows(engines: Sequence[EngineRef], *, url: str, since_s: float, step_s: float,
+                            clock: Callable[[], float], timeout_s: float, source: Any | None = None
+                            ) -> list[EngineWindow]:
+    """Each engine's window from a Prometheus server's history: its series at every `step_s` over the last
+    `since_s` (one instant query per step for the whole fleet, collectors.promfleet), as the snapshots a direct
+    read would have taken. Synchronous (prometheus-api-client); AdviseError when Prometheus does not answer."""
+    from collectors.promfleet import fleet_snapshots_at
+    from collectors.promsource import PrometheusError, PrometheusSource, PrometheusUnreachable
+    from doctor.advise import AdviseError
+
+    try:
+        src = source if source is not None else PrometheusSource(url, timeout_s=timeout_s)
+    except PrometheusError as exc:
+        raise AdviseError(f"doctor advise: error: --prometheus: {exc}") from None
+    end = clock()
+    points = max(1, min(MAX_PROM_POINTS, int(since_s / step_s)))
+    step = since_s / points
+    selectors = {e.name: e.promql_selector for e in engines}
+    out = {e.name: EngineWindow(e, config=_config_view(e)) for e in engines}
+    for i in range(points + 1):
+        t = end - since_s + i * step
+        try:
+            got = fleet_snapshots_at(src, selectors, t)
+        except PrometheusUnreachable as exc:
+            raise AdviseError(f"doctor advise: {exc}") from None
+        for name, snap in got.items():
+            w = out[name]
+            if isinstance(snap, PrometheusError):
+                if str(snap) not in w.problems and len(w.problems) < 5:
+                    w.problems.append(str(snap))
+            elif not w.chain or snap.timestamp > w.chain[-1].timestamp:  # one scrape seen by several steps
+                w.chain.append(snap)
+    for w in out.values():
+        if w.chain and step_s < since_s:
+            w.problems += [] if len(w.chain) > 1 else [f"Prometheus holds one scrape of {w.ref.name} in the last "
+                                                        f"{since_s:g}s"]
     return list(out.values())

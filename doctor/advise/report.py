@@ -16,6 +16,35 @@ def _num(v: Any) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
 
 
+def _applied(a: dict[str, Any] | None) -> list[str]:
+    """--apply: what the remediation path did, and the prediction against what the engine measured after."""
+    if not a:
+        return []
+    out = [f"  --apply: {a['status']}" + (f" ({a['id']})" if a.get("id") else "") + f": {a.get('reason') or ''}"]
+    out += [f"    {step}" for step in a.get("steps", [])]
+    p = a.get("prediction")
+    if p is None:
+        return out
+    if not p.get("checked"):
+        return [*out, f"    prediction not checked: {p.get('why')}"]
+    out.append(f"    after the change, {p['window_s']:.0f}s at {a.get('url')}: {p['requests']} requests; traffic "
+               f"{_num(p['traffic_ratio'])}x the advice window's")
+    out.append("    " + f"{'':14}{'predicted':>12}{'measured':>12}{'error':>9}")
+    for label, key, unit in ROWS:
+        if key in p["errors"]:
+            err = p["errors"][key]
+            out.append("    " + f"{label + (' ' + unit if unit else ''):14}{_num(p['predicted'].get(key)):>12}"
+                       f"{_num(p['measured'].get(key)):>12}{'-' if err is None else f'{err:.1%}':>9}")
+    r = p.get("replayed") or {}
+    if r.get("errors"):
+        errs = ", ".join(f"{k} {v:.1%}" for k, v in r["errors"].items() if v is not None)
+        out.append(f"    the twin replaying the traffic that came after the change: error {errs}")
+    if p.get("note"):
+        out.append(f"    note: {p['note']}")
+    out.append("    (recorded in the audit log as prediction_checked)")
+    return out
+
+
 def render(doc: dict[str, Any]) -> str:
     lines: list[str] = []
     for e in doc["engines"]:
@@ -54,6 +83,7 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(f"  twin: {best['note']}")
         lines.append(f"  recommended: {e['recommendation']['serve_line']}")
         lines.append(f"  (advice took {e['took_s']:.1f}s; {len(e['grid'])} settings tried on the twin)")
+        lines += _applied(e.get("applied"))
         lines.append("")
     route = doc.get("route")
     if route and route.get("skipped"):

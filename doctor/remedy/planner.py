@@ -43,6 +43,7 @@ the action is rolled back with its inverse and a person is paged; "(kept)": it s
 | hot_decode_jitter     | relaunch             | p99_itl_s               | down | ratio 0.8     | 300 s  |
 | memory_fragmentation  | relaunch             | memory_growth_ratio     | down | target 0.05   | 300 s  |
 | capacity_scale_out    | relaunch             | generation_tokens_per_s | up   | ratio 1.1     | 300 s  |
+| advise                | relaunch             | (none: `doctor advise --apply` checks its prediction) |  |  |  |
 | *                     | defragment           | memory_growth_ratio     | down | target 0.05   | 300 s  |
 | *                     | scale_out            | p99_queue_s             | down | ratio 0.8     | 600 s  | (kept)
 | *                     | scale_in             | (none: the pool's scale-out rule is its check) |  |  |        |
@@ -103,6 +104,9 @@ VERIFY: dict[tuple[str, str], VerifySpec | None] = {
     ("hot_decode_jitter", "relaunch"): _down("p99_itl_s", ratio=0.8, within=300.0),
     ("memory_fragmentation", "relaunch"): _down("memory_growth_ratio", target=0.05, within=300.0),
     ("capacity_scale_out", "relaunch"): _up("generation_tokens_per_s", ratio=1.1, within=300.0),
+    # `doctor advise --apply` measures the engine after the change against the twin's prediction
+    # (doctor/advise/apply.py) and audits the error; no single signal says a better setting worked.
+    ("advise", "relaunch"): None,
     ("*", "defragment"): _down("memory_growth_ratio", target=0.05, within=300.0),
     # Kept when it did not help (escalated, not rolled back): removing a replica during an overload deepens it.
     ("*", "scale_out"): _down("p99_queue_s", ratio=0.8, within=600.0, keep=True),

@@ -51,9 +51,13 @@ async def served_model(client: httpx.AsyncClient, url: str) -> tuple[str | None,
         return None, None
 
 
+WARM_VOCAB = 1000  # token ids below this: valid for any real vocabulary (the real-vLLM tier's tiny Llama has 1024)
+
+
 def warm_prompt(length: int, salt: int) -> list[int]:
-    """A deterministic token-id prompt, distinct per salt so the prefix cache cannot shortcut the prefill."""
-    return [10 + (salt * 131 + k * 7) % 3990 for k in range(length)]
+    """A deterministic token-id prompt, distinct per salt so the prefix cache cannot shortcut the prefill; ids in
+    [10, WARM_VOCAB), since vLLM refuses an id out of the model's vocabulary (HTTP 400)."""
+    return [10 + (salt * 131 + k * 7) % (WARM_VOCAB - 10) for k in range(length)]
 
 
 async def warm_up(url: str, client: httpx.AsyncClient, *, batches: Sequence[int] = WARM_BATCHES,
