@@ -165,16 +165,14 @@ class KeptTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-MAX_IDLE_CONNECTIONS = 256
-
-
 def _limits(max_connections: int) -> httpx.Limits:
-    """At most `max_connections` open and MAX_IDLE_CONNECTIONS idle. httpx's Limits(max_connections=N) alone keeps
-    every idle connection, and httpcore scans them all for each request: reading 1,000 engines that made 51.7
-    million `is_idle` calls, 27.5 s of CPU for 200 engines 64 at once, and two engines missed their deadline while
-    the loop was busy scanning (bench/fleet_read.py); bounded, 3.25 s and none."""
-    return httpx.Limits(max_connections=max_connections,
-                        max_keepalive_connections=min(max_connections, MAX_IDLE_CONNECTIONS))
+    """At most `max_connections` open, none kept idle. httpx's Limits(max_connections=N) alone keeps every idle
+    connection, and httpcore's pool walks all its connections for each request it assigns: reading 1,000 engines
+    that made 51.7 million `is_idle` calls; 200 engines read 64 at once took 22 s of CPU with every idle connection
+    kept, and still 22 s with 256 kept; with none kept, 3.25 s (bench/fleet_read.py). Little is lost: an engine's
+    requests of one round go out at once (one connection each), and its next round comes `sample_s` later, when
+    vLLM's server (uvicorn, 5 s keep-alive) has mostly closed them. The daemon keeps its own (KeptTransport)."""
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
 
 
 def _is_local(url: str) -> bool:
