@@ -56,6 +56,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=180.0)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--alone-seconds", type=float, default=60.0,
+                    help="first measure the daemon alone this long (0: skip)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="daemon-overhead-"))
     ledger = str(work / "gpus.json")
@@ -80,6 +82,11 @@ def main() -> int:
             time.sleep(0.2)
         proc = psutil.Process(daemon.pid)
         time.sleep(5)  # past start-up
+        # First the daemon alone on the host (its cost as deployed), then with cron's runs beside it on the same
+        # 2 cores, whose interpreter start-ups also take the daemon's caches and its turns on a core.
+        a_cpu0, a_wall0, a_cycles0 = proc.cpu_times(), time.monotonic(), _cycles(port)
+        time.sleep(args.alone_seconds)
+        a_cpu1, a_wall, a_cycles = proc.cpu_times(), time.monotonic() - a_wall0, _cycles(port) - a_cycles0
         runs: list[float] = []
         cron_cfg = config(work, "cron", urls, args.interval, free_port())
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,6 +112,7 @@ def main() -> int:
             load.stop()
         for e in engines.values():
             e.stop()
+    alone = (a_cpu1.user + a_cpu1.system - a_cpu0.user - a_cpu0.system) / a_wall if a_wall else 0.0
     d_cpu = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / wall
     c_cpu = (children1.ru_utime + children1.ru_stime - children0.ru_utime - children0.ru_stime) / wall
     d_rss, c_rss = max(rss) / 2**20, children1.ru_maxrss / 1024
@@ -112,6 +120,9 @@ def main() -> int:
           f"{len(runs)} cron runs, median run {sorted(runs)[len(runs) // 2]:.2f} s)\n")
     print(f"{'':24}{'doctor serve':>14}{'cron diagnose':>15}{'serve / cron':>14}{'goal':>10}")
     print(f"{'CPU, % of one core':24}{100 * d_cpu:13.2f}%{100 * c_cpu:14.2f}%{d_cpu / c_cpu:14.3f}{'< 2%':>10}")
+    if args.alone_seconds:
+        print(f"{'  the daemon alone':24}{100 * alone:13.2f}%{'':15}{'':14}{'< 2%':>10}"
+              f"   ({a_wall:.0f} s, {a_cycles} cycles, before cron started)")
     print(f"{'RSS, MB (peak)':24}{d_rss:14.0f}{c_rss:15.0f}{d_rss / c_rss:14.2f}{'< 150':>10}")
     print(f"{'RSS, MB (mean)':24}{sum(rss) / len(rss) / 2**20:14.0f}")
     return 0
