@@ -7,6 +7,7 @@ proxy needs: POST one pre-built request on a pooled connection (http or https, a
 parse the response with httptools (the C parser uvicorn uses), and hand the body over as it arrives,
 with back-pressure, timeouts and clean close on cancellation (so a client that leaves makes the engine
 see a disconnect). Everything else the router says to engines (health, /tokenize, /v1/models) still goes through httpx.
+The daemon's reads (doctor/wire_transport.py) send their GETs through `send` for the same reason.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class WireError(Exception):
 
 class ConnectFailed(WireError):
     kind = "connect"
+
+
+class ConnectTimedOut(ConnectFailed):
+    """The engine did not accept the connection in time."""
 
 
 class WireTimeout(WireError):
@@ -277,16 +282,17 @@ class WireClient:
             self._ssl = ssl.create_default_context()
         return self._ssl
 
-    async def _connect(self, o: _Origin) -> _Conn:
+    async def _connect(self, o: _Origin, timeout_s: float | None = None) -> _Conn:
         loop = asyncio.get_running_loop()
         host, port = o.host, o.port
+        timeout = self.connect_timeout_s if timeout_s is None else timeout_s
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(lambda: _Conn(loop), host, port, ssl=self._tls() if o.tls else None,
                                        server_hostname=host if o.tls else None),
-                self.connect_timeout_s)
+                timeout)
         except TimeoutError:
-            raise ConnectFailed(f"connect to {host}:{port} timed out after {self.connect_timeout_s:g} s") from None
+            raise ConnectTimedOut(f"connect to {host}:{port} timed out after {timeout:g} s") from None
         except ssl.SSLError as exc:
             raise ConnectFailed(f"TLS with {host}:{port}: {exc.reason or exc}") from None
         except OSError as exc:
@@ -315,10 +321,18 @@ class WireClient:
 
     async def post(self, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> Response:
         """Send POST base_url+path; return once the engine's status line and headers are in."""
+        return await self.send(b"POST", base_url, path, body, headers)
+
+    async def send(self, method: bytes, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
+                   *, connect_timeout_s: float | None = None, read_timeout_s: float | None = None) -> Response:
+        """Send `method` base_url+path (`headers` without host or content-length; a GET without a body sends no
+        content-length); return once the status line and headers are in. The timeouts default to the client's."""
         o = self._origin(base_url)
         key = (o.host, o.port, o.tls)
-        head = [b"POST ", (o.prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", o.netloc,
-                b"\r\ncontent-length: ", str(len(body)).encode(), b"\r\n"]
+        read_timeout = self.read_timeout_s if read_timeout_s is None else read_timeout_s
+        head = [method, b" ", (o.prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", o.netloc, b"\r\n"]
+        if body or method != b"GET":
+            head += (b"content-length: ", str(len(body)).encode(), b"\r\n")
         for k, v in headers:
             head += (k, b": ", v, b"\r\n")
         head.append(b"\r\n")
@@ -327,12 +341,12 @@ class WireClient:
         while True:
             reused = conn is not None
             if conn is None:
-                conn = await self._connect(o)
+                conn = await self._connect(o, connect_timeout_s)
             try:
                 assert conn.transport is not None
                 conn.transport.write(data)
                 while not conn.head_done:
-                    await conn.wait(self.read_timeout_s, "response from the engine")
+                    await conn.wait(read_timeout, "response from the engine")
             except _Stale:
                 conn.abort()
                 if not reused:
@@ -345,7 +359,7 @@ class WireClient:
             except BaseException:
                 conn.abort()
                 raise
-            return Response(conn, lambda c: self._put_idle(key, c), self.read_timeout_s)
+            return Response(conn, lambda c: self._put_idle(key, c), read_timeout)
 
     def _drop_idle(self, key: tuple[str, int, bool]) -> None:
         for conn in self._idle.pop(key, []):
