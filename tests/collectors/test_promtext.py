@@ -38,7 +38,7 @@ def _ours(text: str) -> list[tuple[object, ...]] | type[BaseException]:
 def _fast_path(text: str) -> list[promtext.Family]:
     """The fast path alone (fails the test when it would hand the text to the library)."""
     try:
-        return promtext._fast(text)
+        return promtext._fast(text)[0]
     except promtext._Unusual:
         pytest.fail("the fast path handed a plain scrape to the library")
 
@@ -122,3 +122,62 @@ _LINE = st.one_of(
 def test_generated_texts_parse_the_same_either_way(lines: list[str]) -> None:
     text = "\n".join(lines) + "\n"
     assert _ours(text) == _library(text)
+
+
+def _with_new_words(lines: list[str], words: list[str]) -> str:
+    """Each line with its last word (after its last space; the whole line when it has none) replaced."""
+    out = []
+    for line, word in zip(lines, words, strict=False):
+        head, space, _ = line.rpartition(" ")
+        out.append(head + space + word)
+    return "\n".join(out + lines[len(words):]) + "\n"
+
+
+def test_a_scrape_of_a_known_shape_is_read_from_its_shape_and_equals_the_library() -> None:
+    profile = PROFILES[PROFILE_NAMES[-1]]
+    state = new_metrics_state(profile, max_model_len=8192, created=1_790_000_000.0)
+    texts = []
+    for running in (1, 7):
+        state.running, state.waiting, state.kv_usage = running, running + 1, running / 10
+        state.ttft.observe(0.1 * running)
+        texts.append(render_metrics(profile, state, model_name="m").decode())
+    promtext._SHAPES.clear()
+    assert _ours(texts[0]) == _library(texts[0])
+    assert len(promtext._SHAPES) == 1
+    key = next(iter(promtext._SHAPES))
+    assert _ours(texts[1]) == _library(texts[1]) != _library(texts[0])
+    assert list(promtext._SHAPES) == [key]  # the second text was read from the first's shape
+
+
+@pytest.mark.parametrize("second", [
+    "# HELP a other words\n# TYPE a gauge\na 2\n\n",  # the help's last word changed: another shape
+    "# HELP a says this\n# TYPE a counter\na 2\n\n",  # the type changed
+    "# HELP a says this\n# TYPE a gauge\na 2\ngarbage\n",  # a blank line became a line without a space
+    "# HELP a says this\n# TYPE a gauge\na 1_0\n\n",  # a value the fast path does not take
+    "# HELP a says this\n# TYPE a gauge\na x\n\n",  # not a number
+])
+def test_a_text_like_a_known_shape_in_all_but_its_last_words_parses_as_the_library_does(second: str) -> None:
+    first = "# HELP a says this\n# TYPE a gauge\na 1\n\n"
+    promtext._SHAPES.clear()
+    assert _ours(first) == _library(first)
+    assert promtext._SHAPES
+    assert _ours(second) == _library(second)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_LINE, max_size=12), st.lists(st.one_of(_VALUES, st.text(alphabet='ab #"{}_', max_size=4)),
+                                              max_size=13))
+def test_generated_texts_of_a_known_shape_parse_the_same_either_way(lines: list[str], words: list[str]) -> None:
+    first = "\n".join(lines) + "\n"
+    assert _ours(first) == _library(first)  # keeps its shape when it was plain
+    second = _with_new_words(lines, words)
+    assert _ours(second) == _library(second)
+
+
+def test_control_characters_are_found_as_the_regular_expression_finds_them() -> None:
+    import re
+
+    control = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+    for code in range(128):
+        text = f"a 1\nb{chr(code)} 2\n"
+        assert promtext._has_control(text) == (control.search(text) is not None), code
