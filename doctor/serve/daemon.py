@@ -54,6 +54,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     from doctor.serve.inbox import Inbox
     from doctor.serve.mapping import AlertMapper
     from doctor.serve.metrics import DaemonMetrics
+    from doctor.serve.quiet_server import QuietServer
     from doctor.serve.runner import Daemon
     from router.guard import guarded_protocol
 
@@ -88,7 +89,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     api = Api(daemon, rem, rem.audit, creds, settings.body_limit_bytes, settings.history_points, config.router.url,
               rem.ctx.router_token, alive=lambda: not loops.done())
     http = guarded_protocol(max_header_bytes=settings.header_limit_bytes)
-    server = uvicorn.Server(uvicorn.Config(api.app(), log_level="warning", access_log=False, lifespan="off",
+    server = QuietServer(uvicorn.Config(api.app(), log_level="warning", access_log=False, lifespan="off",
                                            timeout_graceful_shutdown=5, http=http, **dict(tls or {})))
     host, port = sock.getsockname()[:2]
     log.info("listening on %s://%s:%s; %d engines every %gs; mode %s; state %s (pid %d)", "https" if tls else "http",
