@@ -202,6 +202,10 @@ class DoctorApp(App[None]):
                                                                                                              "green"))
             cycles = f" cycle {s.cycles}" if s.cycles is not None else ""
             out.append(f" at {s.generated_at or 'never'}{cycles}")
+            if s.leader_role == "standby":  # it reads and judges; the other replica acts
+                out.append(" STANDBY ", style="bold reverse yellow")
+            elif s.leader_role == "leader":
+                out.append(" leader", style="bold")
         else:
             out.append(" reading…")
         out.append(f"  every {self.refresh_s:g}s")

@@ -20,8 +20,10 @@ def frame(state: State, *, source: str, now: float, width: int = 120, color: boo
     console = Console(file=io.StringIO(), width=width, color_system="standard" if color else None,
                       force_terminal=color, no_color=not color, highlight=False, emoji=False)
     cycles = f", cycle {state.cycles}" if state.cycles is not None else ""
-    console.print(Text(f"doctor tui — {source} — status {state.status} at {state.generated_at or 'never'}{cycles}",
-                       style="bold"))
+    role = {"leader": ", leader", "standby": ", STANDBY (another replica acts"
+            + (f": {state.leader_why}" if state.leader_why else "") + ")"}.get(state.leader_role or "", "")
+    console.print(Text(f"doctor tui — {source} — status {state.status} at {state.generated_at or 'never'}{cycles}"
+                       f"{role}", style="bold"))
     if timeline is not None:
         console.print(timeline_text(timeline, state, now))
     console.print(policy_line(state, now))

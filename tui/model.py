@@ -97,6 +97,10 @@ class State:
     mode: str | None = None
     alerts_waiting: int = 0
     raw: Mapping[str, Any] = field(default_factory=dict)
+    # "leader" or "standby" when the daemon takes part in a leader election ([serve.leader]); None when it acts
+    # alone or the state does not say
+    leader_role: str | None = None
+    leader_why: str | None = None
 
     def engine(self, name: str) -> EngineRow | None:
         return next((e for e in self.engines if e.name == name), None)
@@ -169,7 +173,16 @@ def parse_state(doc: Mapping[str, Any]) -> State:
                  int(c) if isinstance(c := doc.get("cycles"), int) else None, _num(doc.get("interval_s")),
                  engines, (*firing, *pending), tuple(actions), None if error else policy, router.get("url"),
                  str(error) if error else None, doc.get("mode"),
-                 len(_list(_dict(doc.get("alerts")).get("waiting"))), doc)
+                 len(_list(_dict(doc.get("alerts")).get("waiting"))), doc, *_leader(_dict(doc.get("leader"))))
+
+
+def _leader(doc: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The daemon's role in its leader election, and why it may not act; (None, None) without an election."""
+    role = doc.get("role")
+    if not doc.get("store") or role not in ("leader", "standby"):
+        return None, None
+    why = doc.get("why")
+    return str(role), str(why) if why else None
 
 
 def matches(text: str, needle: str) -> bool:

@@ -83,3 +83,19 @@ def test_the_once_frame() -> None:
     assert "because long_prompt_share = 0.52 (> 0.05 over 20s)" in text
     assert "[PENDING warning] hot/kv_pressure" in text
     assert "actions waiting for approval: 1" in text and "\x1b[" not in text
+
+
+def test_a_standby_replica_says_so_and_a_lone_daemon_says_nothing() -> None:
+    standby = {**STATE, "leader": {"role": "standby", "store": "etcd", "holder": "b",
+                                   "why": "the lease is held by b (fence 7)"}}
+    s = parse_state(standby)
+    assert (s.leader_role, s.leader_why) == ("standby", "the lease is held by b (fence 7)")
+    first = frame(s, source="recorded", now=NOW, width=160).splitlines()[0]
+    assert first.endswith(", STANDBY (another replica acts: the lease is held by b (fence 7))")
+    leader = parse_state({**STATE, "leader": {"role": "leader", "store": "etcd", "why": None}})
+    assert leader.leader_role == "leader" and leader.leader_why is None
+    assert frame(leader, source="recorded", now=NOW, width=160).splitlines()[0].endswith(", leader")
+    alone = parse_state({**STATE, "leader": {"role": "leader", "store": None, "why": "no [serve.leader]"}})
+    assert alone.leader_role is None
+    assert "leader" not in frame(alone, source="recorded", now=NOW, width=160).splitlines()[0]
+    assert parse_state({**STATE, "leader": "garbage"}).leader_role is None

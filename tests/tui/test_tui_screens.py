@@ -180,3 +180,21 @@ def test_no_color_reads_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
         assert "9" in drawn and "5" in drawn and any(ch in drawn for ch in "░▒▓█")  # shades and marks, not colour
 
     drive(app, scenario)
+
+
+def test_the_status_bar_marks_a_standby_replica() -> None:
+    from tests.tui.recorded import STATE
+
+    doc = {**STATE, "leader": {"role": "standby", "store": "etcd", "why": "the lease is held by b"}}
+    app = DoctorApp(Recorded(doc), refresh_s=3600, clock=lambda: NOW)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        assert "STANDBY" in text_of(app, "#status")
+
+    drive(app, scenario)
+    plain = recorded_app()
+
+    async def alone(pilot: Pilot[None]) -> None:
+        assert "STANDBY" not in text_of(plain, "#status") and "leader" not in text_of(plain, "#status")
+
+    drive(plain, alone)
