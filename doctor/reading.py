@@ -25,6 +25,7 @@ from collectors.routersource import RouterSnapshot, derive_router_signals, read_
 from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
 from doctor.engines import EngineRef
 from doctor.read_memory import ReadMemory
+from doctor.wire_transport import WireTransport
 
 if TYPE_CHECKING:
     from collectors.history import FrozenHistory, SignalHistory
@@ -146,26 +147,15 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-class KeptTransport(httpx.AsyncBaseTransport):
+class KeptTransport(WireTransport):
     """A transport whose connections outlive the clients built on it, for a long-lived caller (the daemon): each
     cycle's client closes only its view, so the next cycle reuses the open connections instead of dialling (and,
     for https, handshaking) again. GETs go over `router.wire` (doctor.wire_transport: a tenth of httpx's CPU per
     read), the rest through httpx's own transport. The owner closes it with `close()`."""
 
     def __init__(self, max_connections: int = 64) -> None:
-        from doctor.wire_transport import WireTransport
-
-        self.inner = WireTransport(httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits(
+        super().__init__(httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_connections)), ssl_context=tls_context())
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        """A client's close: the connections stay open for the next cycle."""
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 def _limits(max_connections: int) -> httpx.Limits:
