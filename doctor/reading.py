@@ -25,7 +25,6 @@ from collectors.routersource import RouterSnapshot, derive_router_signals, read_
 from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
 from doctor.engines import EngineRef
 from doctor.read_memory import ReadMemory
-from doctor.wire_transport import WireTransport
 
 if TYPE_CHECKING:
     from collectors.history import FrozenHistory, SignalHistory
@@ -145,17 +144,6 @@ def tls_context() -> ssl.SSLContext:
     """One default TLS context per process: httpx builds (and loads the CA bundle into) a new one for every client,
     measured at 22 ms of CPU per cycle in the daemon, whatever the scheme of the engines' URLs."""
     return ssl.create_default_context()
-
-
-class KeptTransport(WireTransport):
-    """A transport whose connections outlive the clients built on it, for a long-lived caller (the daemon): each
-    cycle's client closes only its view, so the next cycle reuses the open connections instead of dialling (and,
-    for https, handshaking) again. GETs go over `router.wire` (doctor.wire_transport: a tenth of httpx's CPU per
-    read), the rest through httpx's own transport. The owner closes it with `close()`."""
-
-    def __init__(self, max_connections: int = 64) -> None:
-        super().__init__(httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections)), ssl_context=tls_context())
 
 
 def _limits(max_connections: int) -> httpx.Limits:

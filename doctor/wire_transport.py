@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from doctor.reading import tls_context
 from router.wire import ConnectFailed, ConnectTimedOut, Response, WireClient, WireError, WireTimeout
 
 _SKIPPED = {b"host", b"content-length", b"transfer-encoding"}
@@ -96,3 +97,14 @@ def _bodiless(request: httpx.Request) -> bool:
         return not request.content
     except httpx.RequestNotRead:
         return False
+
+
+class KeptTransport(WireTransport):
+    """A transport whose connections outlive the clients built on it, for a long-lived caller (the daemon): each
+    cycle's client closes only its view, so the next cycle reuses the open connections instead of dialling (and,
+    for https, handshaking) again. GETs go over `router.wire` (doctor.wire_transport: a tenth of httpx's CPU per
+    read), the rest through httpx's own transport. The owner closes it with `close()`."""
+
+    def __init__(self, max_connections: int = 64) -> None:
+        super().__init__(httpx.AsyncHTTPTransport(verify=tls_context(), limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections)), ssl_context=tls_context())

@@ -27,7 +27,7 @@ def plan_for(config: DoctorConfig, state_dir: Path) -> Plan:
     nothing waited for verification inside a cycle (the next cycles verify)."""
     from collectors.host import LocalProcessFinder
     from doctor.read_memory import ReadMemory
-    from doctor.reading import KeptTransport
+    from doctor.wire_transport import KeptTransport
 
     interval = config.serve.interval_s
     sample = min(config.sample_s, max(0.2, interval / 2))
@@ -47,7 +47,6 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     import uvicorn
 
     from doctor.cycle import run_cycle
-    from doctor.reading import KeptTransport
     from doctor.remedy.setup import remediator
     from doctor.serve.app import Api
     from doctor.serve.events import EventHub
@@ -56,6 +55,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     from doctor.serve.metrics import DaemonMetrics
     from doctor.serve.quiet_server import QuietServer
     from doctor.serve.runner import Daemon
+    from doctor.wire_transport import KeptTransport
     from router.guard import guarded_protocol
 
     settings = config.serve

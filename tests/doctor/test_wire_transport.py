@@ -9,8 +9,7 @@ import gzip
 import httpx
 import pytest
 
-from doctor.reading import KeptTransport
-from doctor.wire_transport import WireTransport
+from doctor.wire_transport import KeptTransport, WireTransport
 from tests.router.test_wire import Engine, read_request
 
 
