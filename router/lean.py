@@ -27,6 +27,8 @@ import httptools
 
 from router.guard import DEFAULT_MAX_HEADER_BYTES, Refused, framing_problem
 
+ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
+
 log = logging.getLogger("router.http")
 
 Message = MutableMapping[str, Any]
@@ -64,7 +66,7 @@ class Cycle:
 
     __slots__ = ("body", "body_done", "body_size", "chunked", "conn", "continue_sent", "delivered", "disconnected",
                  "expect",
-                 "head", "head_only", "keep_alive", "response_done", "scope", "started", "waiter")
+                 "head", "head_only", "keep_alive", "on_gone", "response_done", "scope", "started", "waiter")
 
     def __init__(self, conn: LeanProtocol, scope: MutableMapping[str, Any], keep_alive: bool, expect: bool) -> None:
         self.conn = conn
@@ -79,10 +81,21 @@ class Cycle:
         self.delivered = False
         self.disconnected = False
         self.waiter: asyncio.Future[None] | None = None
+        self.on_gone: Callable[[], None] | None = None  # told when the client hangs up (router.on_disconnect)
         self.head: bytes | None = None  # the response head, held until the first body bytes
         self.started = False  # response.start seen
         self.chunked = False
         self.response_done = False
+
+    def hang_up(self) -> None:
+        self.disconnected = True
+        self.wake()
+        gone, self.on_gone = self.on_gone, None
+        if gone is not None:
+            gone()
+
+    def watch(self, fn: Callable[[], None] | None) -> None:
+        self.on_gone = fn
 
     def wake(self) -> None:
         w = self.waiter
@@ -221,12 +234,10 @@ class LeanProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.connections.discard(self)
-        for cycle in self.cycles:
-            cycle.disconnected = True
-            cycle.wake()
+        for cycle in list(self.cycles):
+            cycle.hang_up()
         if self.parsing is not None:
-            self.parsing.disconnected = True
-            self.parsing.wake()
+            self.parsing.hang_up()
         self._wake_drain()
         if self.idle_timer is not None:
             self.idle_timer.cancel()
@@ -285,6 +296,7 @@ class LeanProtocol(asyncio.Protocol):
             "headers": headers, "client": self.client, "server": self.server, "state": {}}
         expect = any(n == b"expect" and v.lower() == b"100-continue" for n, v in headers)
         cycle = Cycle(self, scope, self.parser.should_keep_alive(), expect)
+        scope["extensions"] = {ON_DISCONNECT: cycle.watch}
         self.parsing = cycle
         self.cycles.append(cycle)
         if len(self.cycles) == 1:
@@ -382,8 +394,7 @@ class LeanProtocol(asyncio.Protocol):
         self.pause_reading()
         bad = self.parsing
         if bad is not None:  # its body was malformed: the app reading it sees the client gone
-            bad.disconnected = True
-            bad.wake()
+            bad.hang_up()
             self.parsing = None
             if bad is not self.cycles[0]:
                 self.cycles.remove(bad)  # pipelined, not started: it never runs
