@@ -269,7 +269,7 @@ class Proxy:
         gap_sq = self.m.child(self.m.gap_sq, u.name, u.role) if sse else None
         msg: Message
         try:
-            async for chunk in resp.iter_body():
+            while (chunk := await resp.read_chunk()) is not None:
                 if sse:
                     n = chunk.count(b"data:")
                     if n:
