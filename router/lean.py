@@ -168,6 +168,8 @@ class Cycle:
                 head += b"content-length: " + str(len(body)).encode() + b"\r\n"
             elif self.chunked and self.scope["http_version"] == "1.0":
                 self.chunked, self.keep_alive = False, False  # HTTP/1.0 cannot read chunks: the close ends it
+            elif self.chunked:
+                head += b"transfer-encoding: chunked\r\n"
             if not self.keep_alive:
                 head += b"connection: close\r\n"
             elif self.scope["http_version"] == "1.0":
