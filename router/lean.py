@@ -152,6 +152,8 @@ class Cycle:
                     continue
                 parts += (name, b": ", value, b"\r\n")
             self.chunked = not framed and status >= 200 and status not in (204, 304)
+            if self.expect and not self.continue_sent and not self.body_done:
+                self.keep_alive = False  # the client holds its body back: what it sends next is not a request
             self.head = b"".join(parts)
             return
         if kind != "http.response.body":
@@ -249,7 +251,7 @@ class LeanProtocol(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._refuse(Refused(400, "protocol upgrades are not supported"))
+            self._upgrade_ignored()
             return
         except httptools.HttpParserError as exc:
             cause = exc.__cause__ or exc.__context__
@@ -379,6 +381,21 @@ class LeanProtocol(asyncio.Protocol):
         if not self.cycles:
             self.last_active = self.loop.time()
             self._arm_idle()
+
+    def _upgrade_ignored(self) -> None:
+        """An Upgrade (h2c, websocket) is not taken: a request without a body is answered over HTTP/1.1 and the
+        connection closed after it (the parser reads nothing more on it); one with a body is refused."""
+        cycle = self.parsing
+        declared = [v for n, v in cycle.scope["headers"] if n in (b"content-length", b"transfer-encoding")] \
+            if cycle is not None else [b"?"]
+        if cycle is None or (declared and declared != [b"0"]):
+            self._refuse(Refused(400, "protocol upgrades are not supported"))
+            return
+        self.pause_reading()
+        self.parsing = None
+        cycle.keep_alive = False
+        cycle.body_done = True
+        cycle.wake()
 
     # ----- refusals ------------------------------------------------------------------------------
 

@@ -148,6 +148,16 @@ def test_expect_continue_head_and_http_1_0() -> None:
             assert status == 200 and int(headers[b"content-length"]) > 0
             sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")  # HEAD sent no body: this parses cleanly
             assert r.response()[0] == 200
+        with _connect(rt.url) as sock:  # refused before the body was asked for: the connection closes after it
+            sock.sendall(_post(b"/v1/completions", b" " * (11 << 20), b"expect: 100-continue")[:-(11 << 20)])
+            r = Reader(sock)
+            status, headers, _ = r.response()
+            assert status == 413 and headers[b"connection"] == b"close" and r.closed()
+        with _connect(rt.url) as sock:  # an upgrade it does not take: answered over HTTP/1.1, then closed
+            sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+                         b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+            r = Reader(sock)
+            assert r.response()[0] == 200 and r.closed()
         with _connect(rt.url) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.0\r\ncontent-length: " + str(len(BODY)).encode()
                          + b"\r\n\r\n" + BODY)
