@@ -12,7 +12,10 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pytest
 from router_helpers import engine, router, wait_for
+
+from router.config import ConfigError, config_from_dict
 
 BODY = b'{"prompt": "tok tok", "max_tokens": 2}'
 
@@ -231,3 +234,12 @@ def test_an_engine_cutting_its_stream_ends_it_with_an_error_event_and_the_connec
             assert r.response()[0] == 200
         metrics = httpx.get(rt.url + "/metrics").text
         assert 'router_upstream_errors_total{kind="protocol",upstream="hot"} 1.0' in metrics
+
+
+def test_http_server_uvicorn_still_serves_and_an_unknown_server_is_refused() -> None:
+    with engine("hot-m") as hot, engine("cold-m") as cold, router(hot.url, cold.url, http_server="uvicorn") as rt:
+        c = httpx.Client(base_url=rt.url, timeout=30)
+        r = c.post("/v1/completions", json={"prompt": "tok tok", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["model"] == "hot-m"
+    with pytest.raises(ConfigError, match="http_server: 'h2o' is not one of lean, uvicorn"):
+        config_from_dict({"router": {"http_server": "h2o"}})
