@@ -297,6 +297,16 @@ def print_tables(rows: list[dict[str, float]], args: argparse.Namespace) -> None
                       f"{_ratio(added['router', 'p50'], added['nginx', 'p50']):>5} | {added['router', 'p99']:11.2f} "
                       f"{added['nginx', 'p99']:10.2f} {_ratio(added['router', 'p99'], added['nginx', 'p99']):>5} | "
                       f"{cpu['router']:14.3f} {cpu['nginx']:13.3f} {_ratio(cpu['router'], cpu['nginx']):>5}")
+    if args.uvicorn:
+        print("the router on its lean server beside the same router on uvicorn, whole response (added, ms):")
+        print(f"{'rate/s':>7} | {'lean +p50':>9} {'uvicorn +p50':>12} | {'lean +p99':>9} {'uvicorn +p99':>12} | "
+              f"{'lean CPU/req':>12} {'uvicorn CPU/req':>15}")
+        for r in rows:
+            a = {(p, q): (r[f"{p}_{q}"] - r[f"direct_{q}"]) * ms for p in ("router", "uvicorn")
+                 for q in ("p50", "p99")}
+            print(f"{r['rate']:7.0f} | {a['router', 'p50']:9.2f} {a['uvicorn', 'p50']:12.2f} | "
+                  f"{a['router', 'p99']:9.2f} {a['uvicorn', 'p99']:12.2f} | {r['router_cpu_per_request'] * ms:12.3f} "
+                  f"{r['uvicorn_cpu_per_request'] * ms:15.3f}")
     last = rows[-1]
     added50 = (last["router_p50"] - last["direct_p50"]) * ms
     added99 = (last["router_p99"] - last["direct_p99"]) * ms
@@ -326,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
                         "apart): adds the time to the first chunk")
     p.add_argument("--nginx", action="store_true",
                    help="also send every arrival through Debian's nginx as a reverse proxy on the same hop")
+    p.add_argument("--uvicorn", action="store_true",
+                   help="also send every arrival through a second router on uvicorn (http_server = \"uvicorn\", the "
+                        "server the lean one replaced): A/B in one run")
     p.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_stub:
@@ -350,13 +363,23 @@ def main(argv: list[str] | None = None) -> int:
                                           cwd=ROOT))
             wait_ready(paths["router"])
             pids = {"router": procs[-1].pid}
+            if args.uvicorn:
+                up = free_port()
+                (Path(work) / "uvicorn.toml").write_text('http_server = "uvicorn"\n')
+                procs.append(subprocess.Popen([py, "-m", "router.cli", "--hot", paths["direct"], "--cold",
+                                               paths["direct"], "--port", str(up), "--policy-file", "", "--log-level",
+                                               "warning", "--config", str(Path(work) / "uvicorn.toml")], cwd=ROOT))
+                paths["uvicorn"] = f"http://127.0.0.1:{up}"
+                wait_ready(paths["uvicorn"])
+                pids["uvicorn"] = procs[-1].pid
             if args.nginx:
                 procs.append(start_nginx(Path(work), ep, np_))
                 paths["nginx"] = f"http://127.0.0.1:{np_}"
                 wait_ready(paths["nginx"])
                 pids["nginx"] = procs[-1].pid
             body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
-            cpus = {name: functools.partial(cpu_seconds, pid) for name, pid in pids.items()}
+            cpus: dict[str, Callable[[], float]] = {name: functools.partial(cpu_seconds, pid)
+                                                    for name, pid in pids.items()}
             rows = [asyncio.run(run_rate(paths, r, args.seconds, args.seed, body, cpus)) for r in rates]
         finally:
             for proc in reversed(procs):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 TOKEN_METHODS = ("estimate", "engine", "tokenizer")
+HTTP_SERVERS = ("lean", "uvicorn")
 
 
 class ConfigError(ValueError):
@@ -33,6 +34,7 @@ class RouterConfig:
     chars_per_token: float = 4.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_header_bytes: int = 32 * 1024  # request line + headers; over it: 431
+    http_server: str = "lean"  # lean (router/lean.py) | uvicorn (the ASGI server it replaced)
     tls_cert_file: str = ""  # PEM certificate (chain): serve https when set, with tls_key_file
     tls_key_file: str = ""  # PEM private key; must not be readable by the group or others
     connect_timeout_s: float = 2.0
@@ -102,6 +104,8 @@ def validate(cfg: RouterConfig) -> None:
         raise ConfigError(f"token_counter: {cfg.token_counter!r} is not one of {', '.join(TOKEN_METHODS)}")
     if cfg.token_counter == "tokenizer" and not cfg.tokenizer_file:
         raise ConfigError("tokenizer_file: required when token_counter = \"tokenizer\"")
+    if cfg.http_server not in HTTP_SERVERS:
+        raise ConfigError(f"http_server: {cfg.http_server!r} is not one of {', '.join(HTTP_SERVERS)}")
     if cfg.chars_per_token <= 0:
         raise ConfigError("chars_per_token: must be > 0")
     if cfg.max_body_bytes < 1024:

@@ -1,4 +1,5 @@
-"""Listener hardening shared by the router and the daemon (uvicorn's httptools protocol, guarded).
+"""Listener hardening shared by the router and the daemon (uvicorn's httptools protocol, guarded; the router's own
+server, router/lean.py, applies the same rules with `framing_problem` and `Refused`).
 
 Before a request reaches the app:
 - headers (request line included) over `max_header_bytes`: 431 with the limit, and the connection closed;

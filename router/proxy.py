@@ -14,6 +14,7 @@ from starlette.types import Message, Receive, Scope, Send
 from router.admission import Admission
 from router.config import RouterConfig
 from router.decide import length_limit_refuses, route
+from router.lean import ON_DISCONNECT  # scope["extensions"][ON_DISCONNECT](fn): fn() on a hang-up; None unregisters
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import Policy
@@ -149,16 +150,29 @@ class Proxy:
         done = _Done()
         task = asyncio.current_task()
         assert task is not None
-        watch = asyncio.ensure_future(self._watch(receive, task, done))
+        hook = scope.get("extensions", {}).get(ON_DISCONNECT)
+        left = [False]
+
+        def gone() -> None:
+            if not done.finished:
+                left[0] = True
+                task.cancel()
+
+        watch = None if hook is not None else asyncio.ensure_future(self._watch(receive, gone))
+        if hook is not None:
+            hook(gone)  # the lean server (router/lean.py) calls it when the client hangs up: no watcher task
         try:
             return await self._run(scope, send, endpoint, body, doc, tokens, role, pol.route_threshold_tokens,
                                    done)
         except asyncio.CancelledError:
-            if not done.finished and watch.done():  # the client went away
+            if not done.finished and left[0]:  # the client went away
                 return 499, role
             raise
         finally:
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
+            elif hook is not None:
+                hook(None)
 
     @staticmethod
     def _client_id(scope: Scope, doc: dict[str, Any]) -> str:
@@ -172,12 +186,11 @@ class Proxy:
         return str(client[0]) if client else ""
 
     @staticmethod
-    async def _watch(receive: Receive, task: asyncio.Task[Any], done: _Done) -> None:
+    async def _watch(receive: Receive, gone: Callable[[], None]) -> None:
         while True:
             msg = await receive()
             if msg["type"] == "http.disconnect":
-                if not done.finished:
-                    task.cancel()
+                gone()
                 return
 
     # ----- routing and admission -----------------------------------------------------------------
@@ -256,7 +269,7 @@ class Proxy:
         gap_sq = self.m.child(self.m.gap_sq, u.name, u.role) if sse else None
         msg: Message
         try:
-            async for chunk in resp.iter_body():
+            while (chunk := await resp.read_chunk()) is not None:
                 if sse:
                     n = chunk.count(b"data:")
                     if n:

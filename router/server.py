@@ -1,10 +1,13 @@
-"""Serving a Router with uvicorn: in the foreground (the CLI) or from a background thread (tests, demo, bench)."""
+"""Serving a Router on its lean HTTP/1.1 server (router/lean.py; uvicorn when `http_server = "uvicorn"`): in the
+foreground (the CLI) or from a background thread (tests, demo, bench)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -15,6 +18,7 @@ import uvicorn
 from router.app import Router
 from router.config import RouterConfig
 from router.guard import guarded_protocol
+from router.lean import LeanServer
 from router.listen import tls_options
 
 
@@ -62,10 +66,45 @@ def uvicorn_config(router: Router) -> uvicorn.Config:
                           **tls_options(cfg.tls_cert_file or None, cfg.tls_key_file or None))
 
 
+class _Lean(LeanServer):
+    """The lean server, with SIGINT/SIGTERM setting should_exit when run in the foreground."""
+
+    def __init__(self, router: Router, capture: bool) -> None:
+        cfg = router.config
+        ctx = None
+        if tls_options(cfg.tls_cert_file or None, cfg.tls_key_file or None):
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(cfg.tls_cert_file, cfg.tls_key_file)
+        super().__init__(router, max_header_bytes=cfg.max_header_bytes, ssl_context=ctx)
+        self._capture = capture
+
+    async def serve(self, sockets: list[Any]) -> None:
+        loop = asyncio.get_running_loop()
+        if self._capture:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._exit)
+        try:
+            await super().serve(sockets)
+        finally:
+            if self._capture:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+
+    def _exit(self) -> None:
+        self.should_exit = True
+
+
+AnyServer = _Server | _Lean
+
+
 async def serve(router: Router, sock: socket.socket, *, capture_signals: bool = True,
-                on_ready: Callable[[_Server], None] | None = None) -> None:
+                on_ready: Callable[[AnyServer], None] | None = None) -> None:
     """Start the router's health checks, serve on `sock` until told to stop, then close."""
-    server = _Server(uvicorn_config(router), capture_signals)
+    server: AnyServer
+    if router.config.http_server == "uvicorn":
+        server = _Server(uvicorn_config(router), capture_signals)
+    else:
+        server = _Lean(router, capture_signals)
     await router.start()
     task = asyncio.ensure_future(server.serve(sockets=[sock]))
     try:
@@ -87,7 +126,7 @@ class RouterThread:
         self.router_kwargs: dict[str, Any] = {"clock": clock, "token": token, "env": env}
         self.router: Router | None = None
         self.url = ""
-        self._server: _Server | None = None
+        self._server: AnyServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -101,7 +140,7 @@ class RouterThread:
             host, port = sock.getsockname()[:2]
             self.url = f"{'https' if self.config.tls_cert_file else 'http'}://{host}:{port}"
 
-            def ready(server: _Server) -> None:
+            def ready(server: AnyServer) -> None:
                 self._server = server
                 self._ready.set()
 

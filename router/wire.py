@@ -223,14 +223,18 @@ class Response:
         return b""
 
     async def iter_body(self) -> AsyncIterator[bytes]:
+        while (chunk := await self.read_chunk()) is not None:
+            yield chunk
+
+    async def read_chunk(self) -> bytes | None:
+        """The next body bytes as they arrive; None at the end (iter_body without an async generator's upkeep)."""
         conn = self._conn
         while True:
             chunk = conn.take_chunk()
             if chunk is not None:
-                yield chunk
-                continue
+                return chunk
             if conn.complete:
-                return
+                return None
             await conn.wait(self._timeout, "bytes from the engine")
 
     def close(self) -> None:
