@@ -80,11 +80,11 @@ advise-apply: $(STAMP)
 
 # Issue 18's must-show on ground-truth traffic seeds 1-5 (make test pins seed 1): for each, the fit within 15% on
 # P99 TTFT, P99 e2e and throughput and the recommended change within 20% of its prediction (tests/advise/test_must_show.py
-# with ADVISE_TRUTH_SEED). About a minute of CPU a seed.
+# with ADVISE_TRUTH_SEED, doctor advise's default --draws). About a minute of CPU a seed.
 ADVISE_SEEDS ?= 1 2 3 4 5
 advise-seeds: $(STAMP)
 	@fail=0; for s in $(ADVISE_SEEDS); do echo "== ground-truth seed $$s"; \
-	  ADVISE_TRUTH_SEED=$$s $(BIN)/pytest -q -p no:cacheprovider tests/advise/test_must_show.py || fail=1; done; \
+	  ADVISE_TRUTH_SEED=$$s ADVISE_TRUTH_DRAWS= $(BIN)/pytest -q -p no:cacheprovider tests/advise/test_must_show.py || fail=1; done; \
 	  exit $$fail
 
 bench: $(STAMP) bench-packages

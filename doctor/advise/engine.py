@@ -20,8 +20,8 @@ from sim.gpu import GpuMemoryError
 from sim.workload import RequestSpec
 
 WARMUP_S = 60.0
-DRAWS = 3  # workload draws replayed for the fitted settings and the finalists (the median is taken)
-FINALISTS = 2  # grid settings, besides the current ones, rerun with every draw before the pick
+DRAWS = 4  # workload draws replayed for the fitted settings and the finalist (the median is taken)
+FINALISTS = 1  # grid settings (the best on the first draw), besides the current ones, rerun with every draw
 
 
 @dataclass(frozen=True)
