@@ -10,7 +10,7 @@ e2e), with the twin's prediction and the time the advice took (CPU seconds on th
 `--seeds N` also reruns the ground truth's traffic draw N times and prints the fit errors on P99 TTFT, P99 e2e and
 throughput per seed (the must-show bound is 15%).
 
-    .venv/bin/python bench/advise.py [--seeds N] [--format text|json]
+    .venv/bin/python bench/advise.py [--seeds N | --seed-list 2,4] [--only workloads|seeds] [--draws N]
 """
 
 from __future__ import annotations
