@@ -53,7 +53,7 @@ def test_fit_and_prediction_on_sim_ground_truth(tmp_path: Path) -> None:
     assert rec["change"], "the twin should move the ground truth off its too-small --max-num-seqs"
     predicted = e["twin_best"]["predicted"]
     after = measured_after(rec["vllm_flags"].split(), requests)
-    errors = {m: abs(predicted[m] - after.get(m)) / after.get(m) for m in CHECKED}  # type: ignore[operator]
+    errors = {m: abs(predicted[m] - after.get(m)) / after.get(m) for m in CHECKED}
     print("recommended", rec["vllm_flags"], "predicted", {m: predicted[m] for m in CHECKED},
           "measured after", {m: after.get(m) for m in CHECKED}, "errors", errors)
     for m, err in errors.items():
