@@ -10,7 +10,7 @@ e2e), with the twin's prediction and the time the advice took (CPU seconds on th
 `--seeds N` also reruns the ground truth's traffic draw N times and prints the fit errors on P99 TTFT, P99 e2e and
 throughput per seed (the must-show bound is 15%).
 
-    .venv/bin/python bench/advise.py [--seeds N] [--format text|json]
+    .venv/bin/python bench/advise.py [--seeds N | --seed-list 2,4] [--only workloads|seeds] [--draws N]
 """
 
 from __future__ import annotations
@@ -95,11 +95,11 @@ def _config(tmp: Path, seqs: int = 64) -> Path:
     return path
 
 
-def side_by_side(tmp: Path) -> list[dict[str, Any]]:
+def side_by_side(tmp: Path, extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     rows = []
     for name, spec in WORKLOADS.items():
         requests = generate(spec)
-        e, took = _advise(requests, _config(tmp))
+        e, took = _advise(requests, _config(tmp), extra)
         row: dict[str, Any] = {"workload": name, "advice_cpu_s": round(took, 2), "withheld": e.get("withheld"),
                                "error": e.get("error"), "fit": e.get("fit") and e["fit"]["errors"], "columns": {}}
         if e.get("recommendation"):
@@ -116,13 +116,13 @@ SPREAD_TOLD = ["--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]  # te
 CHECKED = ("p99_ttft_s", "p99_e2e_s", "qps")
 
 
-def seed_spread(tmp: Path, seeds: int) -> list[dict[str, Any]]:
+def seed_spread(tmp: Path, seeds: Sequence[int], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     """The must-show over traffic draws: fit errors, and the recommendation applied to the ground truth."""
     out = []
-    for seed in range(1, seeds + 1):
+    for seed in seeds:
         requests = generate(WorkloadSpec(rate_qps=3.0, duration_s=WARMUP_S + WINDOW_S + 30, seed=seed))
         e, took = _advise(requests, _config(tmp, 16), ["--chunked-grid", "on", "--max-num-seqs-grid", "16,32,64",
-                                                       "--batched-tokens-grid", "2048"], SPREAD_TOLD)
+                                                       "--batched-tokens-grid", "2048", *extra], SPREAD_TOLD)
         fit = e.get("fit") or {}
         row: dict[str, Any] = {"seed": seed, "time_scale": fit.get("time_scale"), "cpu_s": round(took, 2),
                                "withheld": e.get("withheld"),
@@ -176,14 +176,19 @@ def render(rows: list[dict[str, Any]], spread: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--seeds", type=int, default=5, help="ground-truth traffic seeds 1..N for the spread")
+    p.add_argument("--seed-list", help="these seeds instead, e.g. 2,4")
+    p.add_argument("--only", choices=("workloads", "seeds"), help="run one half only")
+    p.add_argument("--draws", type=int, help="doctor advise --draws (default: its own)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     ns = p.parse_args(argv)
     import tempfile
 
+    extra = [] if ns.draws is None else ["--draws", str(ns.draws)]
+    seeds = [int(x) for x in ns.seed_list.split(",")] if ns.seed_list else list(range(1, ns.seeds + 1))
     with tempfile.TemporaryDirectory() as tmp:
-        rows = side_by_side(Path(tmp))
-        spread = seed_spread(Path(tmp), ns.seeds)
+        rows = side_by_side(Path(tmp), extra) if ns.only != "seeds" else []
+        spread = seed_spread(Path(tmp), seeds, extra) if ns.only != "workloads" else []
     print(json.dumps({"workloads": rows, "seeds": spread}, indent=1) if ns.format == "json" else render(rows, spread))
     return 0
 

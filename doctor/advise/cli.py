@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TextIO
 import httpx
 
 from doctor.advise import AdviseError
-from doctor.advise.engine import AdviseSettings, Fitted, SearchSpace, advise_engine, replay
+from doctor.advise.engine import DRAWS, AdviseSettings, Fitted, SearchSpace, advise_engine, replay
 from doctor.advise.read import EngineWindow, Sleep, read_windows
 from doctor.advise.report import render
 from doctor.advise.route import search_route
@@ -68,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--route-grid", help="with a hot and a cold engine: route thresholds to try besides the current "
                    "one and the seed's 5120 (default 2048,8192)")
     p.add_argument("--seed", type=int, default=0, help="the twin's workload draw")
+    p.add_argument("--draws", type=int, default=DRAWS, help="workload draws (seeds) replayed for the fitted settings "
+                   f"and the best few grid settings, the median taken (default {DRAWS}; 1 is fastest, noisiest)")
     p.add_argument("--request-timeout", default="5s", help="timeout of each HTTP read (default 5s)")
     p.add_argument("--checklist", action="store_true", help="the seed's pre-flight checklist instead: CUDA, "
                    "fragmentation, the router's fairness window and threshold, the alert rules in Prometheus, "
@@ -201,6 +203,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             raise UsageError("doctor advise: error: --every, --window and --request-timeout must be > 0")
         if not 0 < ns.max_fit_error < 100:
             raise UsageError("doctor advise: error: --max-fit-error must be a share > 0, e.g. 0.25")
+        if ns.draws < 1:
+            raise UsageError("doctor advise: error: --draws must be >= 1")
         if ns.min_requests < 1:
             raise UsageError("doctor advise: error: --min-requests must be >= 1")
         apply_opts = _apply_options(ns, sample_s, every_s, timeout_s) if ns.apply else None
@@ -251,7 +255,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     kept: dict[str, Fitted] = {}
     for w in windows:
         opts = AdviseSettings(ns.preset, ns.min_requests, config.slo_for(w.ref.name), space, ns.seed,
-                              ns.max_fit_error, pick)
+                              ns.max_fit_error, pick, ns.draws)
         kept[w.ref.name] = Fitted()
         try:
             results.append(advise_engine(w, opts, kept[w.ref.name]))

@@ -9,10 +9,10 @@ from typing import Any
 
 from collectors.window import window_view
 from doctor.advise import AdviseError
-from doctor.advise.fit import MAX_FIT_ERROR, fit, too_few
+from doctor.advise.fit import MAX_FIT_ERROR, fit, judged, too_few
 from doctor.advise.read import EngineWindow
-from doctor.advise.search import Candidate, best, grid, search, seed_batch, settings_dict
-from doctor.advise.twin import Prediction, Settings, measure, run
+from doctor.advise.search import Candidate, best, grid, ranked, search, seed_batch, settings_dict
+from doctor.advise.twin import Prediction, Settings, measure, median, run
 from doctor.advise.workload import WorkloadProfile, draw, profile_of
 from sim.args import EngineArgsError
 from sim.engine_types import EngineStartError
@@ -20,6 +20,8 @@ from sim.gpu import GpuMemoryError
 from sim.workload import RequestSpec
 
 WARMUP_S = 60.0
+DRAWS = 4  # workload draws replayed for the fitted settings and the finalist (the median is taken)
+FINALISTS = 1  # grid settings (the best on the first draw), besides the current ones, rerun with every draw
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class AdviseSettings:
     seed: int = 0
     max_fit_error: float = MAX_FIT_ERROR
     pick: Mapping[str, int | bool] | None = None  # a chosen change instead of the twin's best (--pick)
+    draws: int = DRAWS
 
 
 def _around(value: int, low: int = 1) -> tuple[int, ...]:
@@ -108,10 +111,18 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
     profile = profile_of(w.ref.name, w.ref.role, view, w.chain, w.config)
     measured = measure(w.chain, w.config)
     current, notes = current_settings(w, opts.preset)
-    twin_window = view.length_s  # the window's own arrivals, replayed per read interval
-    requests = draw(profile, duration_s=WARMUP_S + twin_window, seed=opts.seed,
-                    max_len=current.max_model_len or 32768, replay_from=WARMUP_S)
-    runner = _runner(requests, twin_window, opts.slo, opts.seed)
+    twin_window = view.length_s  # the window's own requests, placed where they were (or its arrivals per read)
+    requests = [draw(profile, duration_s=WARMUP_S + twin_window, seed=opts.seed + 1009 * k,
+                     max_len=current.max_model_len or 32768, replay_from=WARMUP_S) for k in range(opts.draws)]
+    runners = [_runner(r, twin_window, opts.slo, opts.seed + k) for k, r in enumerate(requests)]
+    runner = runners[0]
+
+    def medianed(s: Settings, first: Prediction | str | None = None) -> Prediction | str:
+        """The median over every draw (`first`: draw 0's run, when already made)."""
+        got = first if first is not None else runner(s)
+        if isinstance(got, str) or len(runners) == 1:
+            return got
+        return median([got, *[g for r in runners[1:] if not isinstance(g := r(s), str)]])
 
     def strict(s: Settings) -> Prediction:
         got = runner(s)
@@ -129,7 +140,13 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
                    twin_best=None, grid=[], recommendation=None, took_s=round(time.perf_counter() - started, 3))
         return out
     fitted = fit(current, measured, strict, requests=measured.requests, min_requests=opts.min_requests,
-                 max_error=opts.max_fit_error)
+                 max_error=opts.max_fit_error)  # the scale on draw 0
+    first_draw = fitted.predicted
+    if opts.draws > 1 and fitted.errors and measured.requests >= opts.min_requests:
+        med = medianed(fitted.settings, fitted.predicted)
+        assert not isinstance(med, str)
+        fitted = judged(fitted, med, measured, requests=measured.requests, min_requests=opts.min_requests,
+                        extra_runs=opts.draws - 1)
     out.update(fit=fitted.to_dict(), withheld=fitted.withheld)
     if fitted.withheld is not None:
         out.update(current=None, seed_rules=None, twin_best=None, grid=[], recommendation=None,
@@ -148,12 +165,17 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
     seqs = space.max_num_seqs or _around(base.max_num_seqs or 1)
     batched = space.max_num_batched_tokens or _around(base.max_num_batched_tokens or 2048, 256)
     candidates = [s for s in grid(base, seqs, batched, space.chunked_prefill) if s != base]
-    tried = search(base, candidates, runner)
-    pick = best(cur, [cur, *tried])
+    tried = search(base, candidates, runner)  # draw 0; the finalists then with every draw
+    finalists = ranked(Candidate("current", base, first_draw), tried)[:FINALISTS] if opts.draws > 1 else []
+    again = {c.settings: medianed(c.settings, c.predicted) for c in finalists}
+    tried = [replace(c, predicted=got) if isinstance(got := again.get(c.settings, c.predicted), Prediction) else c
+             for c in tried]
+    pool = [c for c in tried if c.settings in again] if again else tried
+    pick = best(cur, [cur, *pool])
     if opts.pick:
         chosen = replace(base, **opts.pick)  # type: ignore[arg-type]
         known = [c for c in tried if c.settings == chosen]
-        got = known[0].predicted if known else runner(chosen)
+        got = medianed(chosen, known[0].predicted if known else None)
         if isinstance(got, str) or got is None:
             raise AdviseError(f"{w.ref.name}: --pick {settings_dict(chosen)['vllm_flags']}: {got}")
         pick = Candidate("twin best", chosen, got, "chosen with --pick (not necessarily the twin's best)")
@@ -162,7 +184,8 @@ def advise_engine(w: EngineWindow, opts: AdviseSettings, keep: Fitted | None = N
         keep.pick = pick.settings
     out.update(
         current=cur.to_dict(), seed_rules=seed_c.to_dict(), twin_best=pick.to_dict(),
-        grid=[c.to_dict() for c in tried],
+        grid=[c.to_dict() for c in tried], draws=opts.draws,
+        finalists=[settings_dict(c.settings)["vllm_flags"] for c in finalists],
         recommendation={"change": pick.settings != base, **settings_dict(pick.settings),
                         "serve_line": f"vllm serve {w.model or 'MODEL'} {flags}"},
         took_s=round(time.perf_counter() - started, 3),

@@ -103,13 +103,19 @@ def fit(base: Settings, measured: Prediction, runner: Runner, *, max_runs: int =
         runs += 1
     best = min(tried, key=lambda t: abs(t[1]))
     settings = replace(base, time_scale=math.exp(best[0]))
-    errs = errors(best[2], measured)
+    return judged(Fit(settings, best[2], {}, runs, None, max_error), best[2], measured, requests=requests,
+                  min_requests=min_requests)
+
+
+def judged(f: Fit, predicted: Prediction, measured: Prediction, *, requests: int, min_requests: int,
+           extra_runs: int = 0) -> Fit:
+    """`f` with `predicted` as the twin's figures (e.g. the median of several draws), its errors and verdict."""
+    errs = errors(predicted, measured)
     withheld = None
-    known = {k: v for k, v in errs.items() if v is not None}
-    bad = {k: v for k, v in known.items() if v > max_error}
+    bad = {k: v for k, v in errs.items() if v is not None and v > f.max_error}
     if requests < min_requests:
         withheld = too_few(requests, min_requests)
     elif bad:
         withheld = ("the twin does not reproduce the engine: fit error above "
-                    f"{max_error:.0%} on " + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()))
-    return Fit(settings, best[2], errs, runs, withheld, max_error)
+                    f"{f.max_error:.0%} on " + ", ".join(f"{k} {v:.0%}" for k, v in bad.items()))
+    return replace(f, predicted=predicted, errors=errs, withheld=withheld, runs=f.runs + extra_runs)

@@ -66,6 +66,23 @@ def _tails(p: Prediction, ref: Prediction) -> float:
     return total
 
 
+def ranked(current: Candidate, tried: Sequence[Candidate]) -> list[Candidate]:
+    """`tried` in the order `best` prefers them: those within 2% of the top goodput first, by their tails, then
+    the rest by goodput."""
+    ref = current.predicted
+    ok = [c for c in tried if c.predicted is not None]
+    if not ok or ref is None:
+        return ok
+    top = max(c.predicted.goodput_qps or 0.0 for c in ok if c.predicted)
+
+    def key(c: Candidate) -> tuple[int, float, float]:
+        assert c.predicted is not None
+        g = c.predicted.goodput_qps or 0.0
+        near = g >= GOODPUT_TIE * top
+        return (0 if near else 1, 0.0 if near else -g, _tails(c.predicted, ref))
+    return sorted(ok, key=key)
+
+
 def best(current: Candidate, tried: Sequence[Candidate]) -> Candidate:
     """The most goodput within the SLOs; among those within 2% of it, the lowest tails (P99 TTFT and e2e relative
     to the current settings'); the current settings unless a change beats them by BETTER_BY in goodput, or in

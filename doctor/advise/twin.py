@@ -149,3 +149,20 @@ def run(settings: Settings, requests: Sequence[RequestSpec], *, warmup_s: float,
         records = [r for r in harness.records if r.engine == n]
         out[n] = replace(p, goodput_qps=goodput(records, since, end, slo or {}))
     return out
+
+
+def median(predictions: Sequence[Prediction]) -> Prediction:
+    """Per figure, the median over twin runs of several workload draws (a figure missing from a run is left out)."""
+    def mid(values: list[float]) -> float | None:
+        if not values:
+            return None
+        v = sorted(values)
+        n = len(v)
+        return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+    if len(predictions) == 1:
+        return predictions[0]
+    values = {m: mid([x for p in predictions if (x := p.get(m)) is not None]) for m in METRICS}
+    return Prediction(values, mid([p.kv_usage_max for p in predictions if p.kv_usage_max is not None]),
+                      mid([p.goodput_qps for p in predictions if p.goodput_qps is not None]),
+                      int(mid([float(p.requests) for p in predictions]) or 0))

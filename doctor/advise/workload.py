@@ -1,8 +1,11 @@
 """The workload an engine served over a window, from its counters and histograms (never its requests).
 
 `profile_of` reads a `WindowView` (collectors.window) through the collectors' own derivations; `draw`
-turns a profile back into requests for the twin: arrivals from `sim.workload.generate` (Poisson or
-gamma at the measured rate), lengths drawn from the measured histograms' buckets.
+turns a profile back into requests for the twin: with `replay_from`, the window's finished requests placed where
+they were (doctor.advise.placed: each read interval's observed lengths at finish minus e2e) after synthetic
+warm-up traffic; where the reads cannot say (a reset, a histogram missing), the window's arrivals per read interval
+with lengths drawn from its histograms; without `replay_from`, synthetic arrivals (Poisson or gamma at the
+measured rate) with drawn lengths.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collectors.quantiles import share_at_or_above
 from collectors.types import EngineConfigView, HistogramData, MetricsSnapshot
 from collectors.window import WindowView
 from doctor.advise import AdviseError
+from doctor.advise.lengths import Finished, finished_between
+from doctor.advise.placed import place
 from sim.workload import RequestSpec, WorkloadSpec, generate
 
 TEMPLATE_TOKENS = 256
@@ -53,6 +58,8 @@ class WorkloadProfile:
     share_over_2048: float
     share_over_8k: float
     intervals: tuple[tuple[float, float, int], ...] = ()  # (offset, length, arrivals) per read interval
+    finished: tuple[Finished, ...] | None = None  # per read interval, what finished (None: the reads cannot say)
+    in_flight_end: int = 0  # running + waiting at the window's last read
 
     @property
     def avg_prompt(self) -> float:
@@ -138,9 +145,11 @@ def profile_of(engine: str, role: str | None, view: WindowView, chain: Sequence[
     b, note = _burstiness(chain)
     arrived = _arrivals(chain)
     rate = sum(arrived) / view.length_s if arrived and sum(arrived) > 0 else float(qps)
+    last = chain[-1].gauges
     return WorkloadProfile(engine, role, view.length_s, prompt.total, rate, b, note, prompt, gen,
                            got.values.get("prefix_cache_hit_rate"), over_2k or 0.0, over_8k or 0.0,
-                           _intervals(chain) if len(arrived) == len(chain) - 1 else ())
+                           _intervals(chain) if len(arrived) == len(chain) - 1 else (), finished_between(chain),
+                           round(last.get("running", 0.0) + last.get("waiting", 0.0)))
 
 
 def _delta(base: HistogramData | None, cur: HistogramData | None) -> HistogramData | None:
@@ -204,29 +213,58 @@ def _replayed(profile: WorkloadProfile, start: float, rng: random.Random) -> lis
     return out
 
 
+def _in_flight(profile: WorkloadProfile, start: float, rng: random.Random) -> list[float]:
+    """Arrivals of the requests still inside at the window's end: uniform over its last mean e2e latency."""
+    assert profile.finished is not None
+    tail = [f for f in profile.finished[-12:] if f.e2e.total]
+    mean_e2e = sum(f.e2e.mean * f.e2e.total for f in tail) / max(1, sum(f.e2e.total for f in tail))
+    span = min(profile.window_s, max(1.0, mean_e2e))
+    end = start + profile.window_s
+    return sorted(end - rng.random() * span for _ in range(profile.in_flight_end))
+
+
 def draw(profile: WorkloadProfile, *, duration_s: float, seed: int = 0, max_len: int = 32768,
          rate_qps: float | None = None, replay_from: float | None = None) -> list[RequestSpec]:
     """Requests like the window's: arrivals at its rate and burstiness (with `replay_from`: synthetic until then,
-    then the window's own arrivals per read interval), lengths from its histograms."""
+    then the window's own requests placed where they were, or its arrivals per read interval), lengths from its
+    histograms (placed: each interval's own)."""
     rate = profile.rate_qps if rate_qps is None else rate_qps
     share = 0.0
     if profile.prefix_hit_rate and profile.avg_prompt > 0:
         share = min(1.0, profile.prefix_hit_rate * profile.avg_prompt / TEMPLATE_TOKENS)
-    spec = WorkloadSpec(rate_qps=rate, duration_s=duration_s if replay_from is None else replay_from, seed=seed,
+    rng = random.Random(seed * 7919 + 1)
+    placed = (place(profile.finished, start=replay_from, rng=rng, top=max_len)
+              if replay_from is not None and profile.finished else [])
+    warm_end = duration_s if replay_from is None else replay_from
+    if placed:  # the placed requests include those inside at the window's start: synthetic traffic stops before
+        warm_end = max(0.0, min(warm_end, placed[0].arrival_s))
+    spec = WorkloadSpec(rate_qps=rate, duration_s=warm_end, seed=seed,
                         arrival="poisson" if profile.burstiness is None else "gamma",
                         burstiness=profile.burstiness or 1.0, prefix_share=share, template_tokens=TEMPLATE_TOKENS)
-    base = generate(spec)
-    rng = random.Random(seed * 7919 + 1)
-    if replay_from is not None and profile.intervals:
+    base = generate(spec) if warm_end > 0 else []
+    prompts = _draw_lengths(profile.prompt, len(base), rng, max_len)
+    outputs = _draw_lengths(profile.generation, len(base), rng, max_len)
+    base = [replace(r, prompt_tokens=p, output_tokens=o) for r, p, o in zip(base, prompts, outputs, strict=True)]
+    if replay_from is not None and placed:
+        assert profile.finished is not None
+        late = _in_flight(profile, replay_from, rng)
+        lp = _draw_lengths(profile.prompt, len(late), rng, max_len)
+        lo = _draw_lengths(profile.generation, len(late), rng, max_len)
+        got = [(p.arrival_s, p.prompt_tokens, p.output_tokens) for p in placed]
+        got += list(zip(late, lp, lo, strict=True))
+        got.sort()
+        extra = generate(replace(spec, duration_s=None, num_requests=len(got), rate_qps=rate, normalize=False,
+                                 seed=seed + 1))
+        base += [replace(r, arrival_s=t, prompt_tokens=p, output_tokens=o)
+                 for r, (t, p, o) in zip(extra, got, strict=True)]
+    elif replay_from is not None and profile.intervals:
         times = _replayed(profile, replay_from, rng)
         extra = generate(replace(spec, duration_s=None, num_requests=len(times), rate_qps=rate, normalize=False,
                                  seed=seed + 1))
-        base += [replace(r, index=len(base) + i, arrival_s=t) for i, (r, t) in enumerate(zip(extra, times,
-                                                                                           strict=True))]
-    prompts = _draw_lengths(profile.prompt, len(base), rng, max_len)
-    outputs = _draw_lengths(profile.generation, len(base), rng, max_len)
-    out = []
-    for r, p, o in zip(base, prompts, outputs, strict=True):
-        out.append(replace(r, prompt_tokens=p, output_tokens=o, long=p >= 5120,
-                           prefix_tokens=min(r.prefix_tokens, p)))
-    return out
+        ep = _draw_lengths(profile.prompt, len(extra), rng, max_len)
+        eo = _draw_lengths(profile.generation, len(extra), rng, max_len)
+        base += [replace(r, arrival_s=t, prompt_tokens=p, output_tokens=o)
+                 for r, t, p, o in zip(extra, times, ep, eo, strict=True)]
+    base.sort(key=lambda r: r.arrival_s)
+    return [replace(r, index=i, long=r.prompt_tokens >= 5120, prefix_tokens=min(r.prefix_tokens, r.prompt_tokens))
+            for i, r in enumerate(base)]
