@@ -432,14 +432,18 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
                     readings[name].samples.append(Sample("metrics", name, t, error=str(snap)))
                 else:
                     readings[name].samples.append(Sample("metrics", name, t, metrics=snap))
+        found = await direct
         starts = {ref.name: process_start_of(readings[ref.name].samples) for ref in opts.engines}
-        # A remembered identity holds only while the engine runs the process it was read from.
-        again = [ref for ref in opts.engines if ref.name in kept and store is not None and store.recall(
-            ref.name, ref.url, now, process_start=starts[ref.name]) is None]
+        answered = {ref.name for ref, samples in zip(opts.engines, found, strict=True)
+                    if any(s.source == "health" and s.error is None for s in samples)}
+        # A remembered identity holds only while the engine runs the process it was read from and answers; one
+        # that does not answer now is not asked again, and its identity is forgotten (it may come back another).
+        again = [ref for ref in opts.engines if ref.name in kept and store is not None and (
+            ref.name not in answered or store.recall(ref.name, ref.url, now, process_start=starts[ref.name]) is None)]
         for ref in again:
             del kept[ref.name]
+        again = [ref for ref in again if ref.name in answered]
         reread = dict(zip((ref.name for ref in again), await identities(again, health=False), strict=True))
-        found = await direct
     for ref, samples in zip(opts.engines, found, strict=True):
         fresh = [*samples, *reread.get(ref.name, ())]
         readings[ref.name].samples.extend([*fresh, *kept.get(ref.name, ())])

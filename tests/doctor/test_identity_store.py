@@ -99,7 +99,7 @@ def test_process_start_comes_from_the_latest_metrics() -> None:
 # ------------------------------------------------------------------ in a Prometheus-mode read (fakes for both)
 
 def _read_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: list[float],
-                health: int = 200) -> list[list[str]]:
+                down_second: bool = False) -> list[list[str]]:
     """Two Prometheus-mode reads of one engine whose process started at starts[run]; the paths each run asked."""
     import asyncio
     import functools
@@ -112,11 +112,13 @@ def _read_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: list[fl
     from doctor.reading import EngineReading, _read_prometheus
 
     asked: list[list[str]] = []
-    answers = {"/health": (health, {}), "/version": (200, {"version": "0.10.2"}),
+    answers = {"/health": (200, {}), "/version": (200, {"version": "0.10.2"}),
                "/v1/models": (200, {"data": [{"id": "m", "max_model_len": 8192}]})}
 
     def handler(request: httpx.Request) -> httpx.Response:
         asked[-1].append(request.url.path)
+        if down_second and len(asked) == 2:
+            raise httpx.ConnectError("connection refused", request=request)
         status, body = answers[request.url.path]
         return httpx.Response(status, json=body)
 
@@ -134,8 +136,11 @@ def _read_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: list[fl
         reading = EngineReading("e", "hot", URL)
         now = T0 + 60 * run
         assert asyncio.run(_read_prometheus(plan, {"e": reading}, clock=functools.partial(float, now))) is None
-        assert {s.source for s in reading.samples} == {"metrics", "health", "version", "models"}
-        assert reading.last_ok("version") is not None and reading.last_ok("models") is not None
+        if down_second and run == 1:
+            assert reading.last_ok("health") is None and reading.last_ok("version") is None
+        else:
+            assert {s.source for s in reading.samples} == {"metrics", "health", "version", "models"}
+            assert reading.last_ok("version") is not None and reading.last_ok("models") is not None
         out.append(sorted(asked[-1]))
     return out
 
@@ -148,3 +153,16 @@ def test_a_second_run_reads_only_health(tmp_path: Path, monkeypatch: pytest.Monk
 def test_a_restarted_engine_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _read_twice(tmp_path, monkeypatch, [START, START + 100]) == [
         ["/health", "/v1/models", "/version"], ["/health", "/v1/models", "/version"]]
+
+
+def test_a_restarted_engine_that_is_down_is_asked_only_for_health(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _read_twice(tmp_path, monkeypatch, [START, START + 100], down_second=True) == [
+        ["/health", "/v1/models", "/version"], ["/health"]]
+    assert "e" not in IdentityStore(StateDir(tmp_path)).entries  # forgotten: read again once it answers
+
+
+def test_a_down_engine_loses_its_remembered_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _read_twice(tmp_path, monkeypatch, [START, START], down_second=True) == [
+        ["/health", "/v1/models", "/version"], ["/health"]]
+    assert "e" not in IdentityStore(StateDir(tmp_path)).entries
