@@ -227,15 +227,19 @@ def through_prometheus(fleet: Fleet, n: int, work: Path, step_s: float, per_engi
             head = f'[prometheus]\nurl = "{url}"\n\n'
             configs = [("grouped", head + engine_table([(fleet.instance(i), urls[i], f'instance="{fleet.instance(i)}"')
                                                         for i in range(n)])),
+                       ("grouped, kept", ""),  # the same again, /version and /v1/models remembered (identity.json)
                        ("discovered", head + '[prometheus.discover]\njob = "vllm"\n')]
             if per_engine:
                 configs.append(("per-engine", head + engine_table(
                     [(fleet.instance(i), urls[i], f'job="vllm", instance="{fleet.instance(i)}"') for i in range(n)])))
             for label, text in configs:
+                if not label.endswith(", kept"):  # each other row reads every engine's identity itself
+                    (work / "state" / "identity.json").unlink(missing_ok=True)
+                text = text or dict(configs)[label.removesuffix(", kept")]
                 if time.time() >= t_last + step_s:
                     raise SystemExit(f"the backfill is {time.time() - t_last:.0f} s old: the doctor's reads would "
                                      f"miss its scrapes (raise --step)")
-                config = work / f"{label}.toml"
+                config = work / f"{label.replace(', ', '-')}.toml"
                 config.write_text(text)
                 queries, cpu = query_count(url), cpu_of(pid)
                 run, report = doctor(label, config, ["--since", f"{step_s:g}s", "--timeout", "600s",

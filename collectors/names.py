@@ -68,6 +68,30 @@ PROCESS_METRICS: dict[str, MetricSpec] = {
     "http_requests": MetricSpec("counter", ("http_requests",), label="status"),
 }
 
+# vLLM families `detect_profile` reads by name alone (base names). With the families above they are all the
+# collectors read: a Prometheus query asks for these and no more (`read_sample_names`).
+PROFILE_TELLS: tuple[str, ...] = (
+    "num_requests_running", "num_requests_waiting", "num_requests_swapped", "cpu_cache_usage_perc",
+    "num_requests_waiting_by_reason", "request_num_preemptions", "engine_sleep_state",
+    "external_prefix_cache_queries", "request_time_per_output_token_seconds", "kv_cache_usage_perc",
+)
+_PARTS: dict[str, tuple[str, ...]] = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
+                                      "gauge": ("",), "info": ("",)}
+_ANY_PART = ("", "_total", "_bucket", "_sum", "_count")
+
+
+def read_sample_names() -> tuple[str, ...]:
+    """Every exposed sample name the collectors read: both spellings of each vLLM family, sorted."""
+    names: set[str] = set()
+    for spec in VLLM_METRICS.values():
+        for base in spec.exposed:
+            names.update(f + part for f in exposed_variants(base) for part in _PARTS[spec.kind])
+    for spec in PROCESS_METRICS.values():
+        names.update(base + part for base in spec.exposed for part in _PARTS[spec.kind])
+    for base in PROFILE_TELLS:
+        names.update(f + part for f in exposed_variants(base) for part in _ANY_PART)
+    return tuple(sorted(names))
+
 
 def exposed_variants(base: str) -> tuple[str, str]:
     """The two spellings of a vLLM family name."""

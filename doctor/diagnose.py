@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lowest severity that makes the exit code non-zero (default warning)")
     p.add_argument("--state-dir", type=Path, help="history, playbook state and the lock "
                    "(default $XDG_STATE_HOME/serving-doctor)")
-    p.add_argument("--no-history", action="store_true", help="do not read or write the state directory's history")
+    p.add_argument("--no-history", action="store_true", help="do not read or write the state directory's history "
+                   "(engines' /version and /v1/models are still remembered there: identity.json)")
     p.add_argument("--fix", action="store_true",
                    help="apply the first remedy of each finding as the mode allows (observe, dry-run, approve, auto)")
     p.add_argument("--yes", action="store_true", help="with --fix in approve mode: approve from this terminal")

@@ -10,7 +10,7 @@ import asyncio
 import functools
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,9 @@ from collectors.names import Detection
 from collectors.routersource import RouterSnapshot, derive_router_signals, read_router
 from collectors.types import EngineConfigView, MetricsSnapshot, Sample, Signals
 from doctor.engines import EngineRef
+from doctor.identity_store import IdentityStore, process_start_of
 from doctor.read_memory import ReadMemory
+from doctor.state import StateDir
 
 if TYPE_CHECKING:
     from collectors.history import FrozenHistory, SignalHistory
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 BASELINE_SIGNAL = "engine_fb_bytes"  # framebuffer the engine holds, recorded per run for memory growth
+Reader = Callable[..., Awaitable[Sample]]  # collectors.httpsource.read_health / read_version / read_models
 
 
 def engine_deadline_s(timeout_s: float) -> float:
@@ -383,33 +386,71 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
     source = PrometheusSource(opts.prometheus, timeout_s=opts.request_timeout_s)
     now = clock()
     selectors = {ref.name: ref.promql_selector for ref in opts.engines}
-    for t in (now - opts.since_s, now):
-        snaps = await asyncio.to_thread(fleet_snapshots_at, source, selectors, t)
-        for name, snap in snaps.items():
-            if isinstance(snap, PrometheusUnreachable):
-                return str(snap)
-            if isinstance(snap, PrometheusError):
-                readings[name].samples.append(Sample("metrics", name, t, error=str(snap)))
-            else:
-                readings[name].samples.append(Sample("metrics", name, t, metrics=snap))
     gate = asyncio.Semaphore(_concurrency(opts))
     timeout_s = opts.request_timeout_s
+    store: IdentityStore | None = IdentityStore(StateDir(opts.state_dir))  # a cache, kept with --no-history too
+    kept = {ref.name: got for ref in opts.engines
+            if store is not None and (got := store.recall(ref.name, ref.url, now, check_start=False)) is not None}
 
-    async def identity(client: httpx.AsyncClient, ref: EngineRef) -> list[Sample]:
+    async def identity(client: httpx.AsyncClient, ref: EngineRef, reads: tuple[Reader, ...]) -> list[Sample]:
         async with gate:
             try:
                 async with asyncio.timeout(engine_deadline_s(timeout_s)):
                     return list(await asyncio.gather(*(read(client, ref.name, ref.url, timeout_s=timeout_s,
-                                                            clock=clock)
-                                                       for read in (read_health, read_version, read_models))))
+                                                            clock=clock) for read in reads)))
             except TimeoutError:
                 return [Sample("health", ref.name, clock(),
                                error=f"/health: no complete answer within {engine_deadline_s(timeout_s):g}s")]
 
     limits = _limits(3 * min(_concurrency(opts), max(1, len(opts.engines))))
-    async with httpx.AsyncClient(trust_env=False, transport=opts.transport, verify=tls_context(),
-                                 limits=limits) as client:
-        found = await asyncio.gather(*(identity(client, ref) for ref in opts.engines))
+    client = httpx.AsyncClient(trust_env=False, transport=opts.transport, verify=tls_context(), limits=limits)
+    everything: tuple[Reader, ...] = (read_health, read_version, read_models)
+
+    async def identities(refs: list[EngineRef], *, health: bool) -> list[list[Sample]]:
+        return list(await asyncio.gather(*(
+            identity(client, ref, everything if ref.name not in kept else (read_health,)) if health
+            else identity(client, ref, everything[1:]) for ref in refs)))
+
+    async with client:
+        # The engines' own answers are read while Prometheus answers (its two points in worker threads);
+        # /version and /v1/models only where the state directory has no answer of the last hour.
+        direct = asyncio.ensure_future(identities(list(opts.engines), health=True))
+        times = (now - opts.since_s, now)
+        try:
+            answers = await asyncio.gather(*(asyncio.to_thread(fleet_snapshots_at, source, selectors, t)
+                                             for t in times))
+        except BaseException:
+            direct.cancel()
+            raise
+        for t, snaps in zip(times, answers, strict=True):
+            for name, snap in snaps.items():
+                if isinstance(snap, PrometheusUnreachable):
+                    direct.cancel()
+                    await asyncio.wait([direct])  # ended before the caller reads the engines itself
+                    return str(snap)
+                if isinstance(snap, PrometheusError):
+                    readings[name].samples.append(Sample("metrics", name, t, error=str(snap)))
+                else:
+                    readings[name].samples.append(Sample("metrics", name, t, metrics=snap))
+        found = await direct
+        starts = {ref.name: process_start_of(readings[ref.name].samples) for ref in opts.engines}
+        answered = {ref.name for ref, samples in zip(opts.engines, found, strict=True)
+                    if any(s.source == "health" and s.error is None for s in samples)}
+        # A remembered identity holds only while the engine runs the process it was read from and answers; one
+        # that does not answer now is not asked again, and its identity is forgotten (it may come back another).
+        again = [ref for ref in opts.engines if ref.name in kept and store is not None and (
+            ref.name not in answered or store.recall(ref.name, ref.url, now, process_start=starts[ref.name]) is None)]
+        for ref in again:
+            del kept[ref.name]
+        again = [ref for ref in again if ref.name in answered]
+        reread = dict(zip((ref.name for ref in again), await identities(again, health=False), strict=True))
     for ref, samples in zip(opts.engines, found, strict=True):
-        readings[ref.name].samples.extend(samples)
+        fresh = [*samples, *reread.get(ref.name, ())]
+        readings[ref.name].samples.extend([*fresh, *kept.get(ref.name, ())])
+        if store is not None and ref.name not in kept:
+            store.keep(ref.name, ref.url, fresh, now, starts[ref.name])
+    if store is not None:
+        store.save()
+        if store.problems and opts.engines:
+            readings[opts.engines[0].name].errors_extra.extend(store.problems)
     return None

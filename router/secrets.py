@@ -158,12 +158,22 @@ class Redactor:
 
     def strings(self, data: Any) -> Any:
         """Every string in JSON-like data redacted (keys kept, values judged by their text only): for documents
-        whose keys are not secrets' names (reports, the daemon's state)."""
-        if isinstance(data, dict):
-            return {k: self.strings(v) for k, v in data.items()}
-        if isinstance(data, list | tuple):
-            return [self.strings(v) for v in data]
-        return self.text(data) if isinstance(data, str) else data
+        whose keys are not secrets' names (reports, the daemon's state). Each distinct string is judged once
+        (a fleet's report repeats the same texts per engine)."""
+        done: dict[str, str] = {}
+
+        def walk(item: Any) -> Any:
+            if isinstance(item, str):
+                got = done.get(item)
+                if got is None:
+                    got = done[item] = self.text(item)
+                return got
+            if isinstance(item, dict):
+                return {k: walk(v) for k, v in item.items()}
+            if isinstance(item, list | tuple):
+                return [walk(v) for v in item]
+            return item
+        return walk(data)
 
 
 REDACT = Redactor()  # the patterns alone, for output that has no configured secrets at hand

@@ -37,21 +37,25 @@ def test_the_bench_reads_every_engine_as_generated(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads(out.read_text())
     by = {r["label"]: r for r in rows["prometheus"] + rows["direct"]}
-    assert set(by) == {"grouped", "discovered", "per-engine", "direct, 64 at once"}
+    assert set(by) == {"grouped", "grouped, kept", "discovered", "per-engine", "direct, 64 at once"}
     for label, row in by.items():
         want = DIRECT if label.startswith("direct") else ENGINES
         assert (row["engines"], row["readable"], row["mismatches"]) == (want, want, []), (label, row)
-    assert (by["grouped"]["queries"], by["discovered"]["queries"], by["per-engine"]["queries"]) == \
-        (2, 2, 2 * ENGINES)
+    assert (by["grouped"]["queries"], by["grouped, kept"]["queries"], by["discovered"]["queries"],
+            by["per-engine"]["queries"]) == (2, 2, 2, 2 * ENGINES)
     assert "engines through Prometheus" in done.stdout and "read directly" in done.stdout
 
-    for report, count in (("grouped", ENGINES), ("direct, 64 at once", DIRECT)):
+    for report, count in (("grouped", ENGINES), ("grouped, kept", ENGINES), ("direct, 64 at once", DIRECT)):
         engines = _engines(tmp_path / "work" / f"{report}.json")
         assert len(engines) == count
         for i in range(count):
             signals = engines[f"engine-{i:04d}"]["signals"]
             assert (signals["running"], signals["waiting"], signals["kv_cache_usage"]) == \
                 (i % 7, i % 5, (i % 100) / 100), (report, i)
+    kept = _engines(tmp_path / "work" / "grouped, kept.json")  # /version and /v1/models from identity.json
+    assert {k: (e["version"], e["version_detection"]) for k, e in kept.items()} == \
+        {k: (e["version"], e["version_detection"]) for k, e in _engines(tmp_path / "work" / "grouped.json").items()}
+    assert all(e["version"] for e in kept.values())
     grouped = _engines(tmp_path / "work" / "grouped.json")
     qps = [grouped[f"engine-{i:04d}"]["signals"]["qps"] for i in (1, ENGINES - 1)]
     assert qps[0] > 0 and qps[1] / qps[0] == pytest.approx((1 + (ENGINES - 1) / 1000) / 1.001)

@@ -211,3 +211,12 @@ def test_the_daemon_client_flags_are_shared(tmp_path: Path) -> None:
     for parser in (build_parser(), _parser("approve")):
         opts = {a.dest for a in parser._actions if isinstance(a, argparse.Action)}
         assert {"token_file", "ca_file"} <= opts
+
+
+def test_strings_redacts_every_repeat_of_a_string() -> None:
+    from router.secrets import REDACTED, Redactor
+
+    leak = "http://u:pw@h:1/metrics: 500"
+    out = Redactor().strings({"a": [leak, {"b": leak}], "c": (leak, 3, None), "d": "plain"})
+    assert out == {"a": [f"http://{REDACTED}@h:1/metrics: 500", {"b": f"http://{REDACTED}@h:1/metrics: 500"}],
+                   "c": [f"http://{REDACTED}@h:1/metrics: 500", 3, None], "d": "plain"}
