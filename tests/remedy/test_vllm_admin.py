@@ -141,7 +141,12 @@ def test_defragment_with_sleep_mode_frees_memory_and_clears_the_growth(tmp_path:
         assert applied.changed["method"] == "sleep"
         assert any("freed 9" in s for s in applied.steps)  # asleep, the engine held its CUDA context only
         assert core.last_defrag >= started  # the growth restarted from zero at the wake-up
-        assert fb(hot) < grown * 0.8
+        # what it holds now is the footprint plus at most the growth since the wake-up (1/s here) by the engine's own
+        # clock, not a figure that depends on how fast this machine reaches the read
+        held = fb(hot)
+        after_read = time.time()
+        assert footprint * 0.999 <= held <= footprint * (1 + core.memory_growth_ratio(after_read)) * 1.001
+        assert core.memory_growth_ratio(core.last_defrag) == 0.0 < grown / footprint - 1
         assert not is_sleeping(hot) and hot_state(rt) == "active"
         r = httpx.post(rt.url + "/v1/completions", json={"prompt": "tok " * 10, "max_tokens": 2})
         assert r.status_code == 200
