@@ -51,7 +51,23 @@ def framing_problem(headers: list[tuple[bytes, bytes]]) -> Refused | None:
     return None
 
 
-class GuardedHttpTools(HttpToolsProtocol):
+class HeaderBudget:
+    """Counts a request head's bytes against `max_header_bytes`: over it, a 431 naming the limit. Shared by the
+    guarded uvicorn protocol and router/lean.py's server."""
+
+    max_header_bytes: int
+    _head: int
+
+    def _count(self, size: int) -> None:
+        self._head += size
+        if self._head > self.max_header_bytes:
+            raise self._too_large()
+
+    def _too_large(self) -> Refused:
+        return Refused(431, f"the request's headers are over this server's limit of {self.max_header_bytes} bytes")
+
+
+class GuardedHttpTools(HeaderBudget, HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits and refusals above (subclass with guarded_protocol)."""
 
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
@@ -78,14 +94,6 @@ class GuardedHttpTools(HttpToolsProtocol):
         if problem is not None:
             raise problem
         super().on_headers_complete()
-
-    def _count(self, size: int) -> None:
-        self._head += size
-        if self._head > self.max_header_bytes:
-            raise self._too_large()
-
-    def _too_large(self) -> Refused:
-        return Refused(431, f"the request's headers are over this server's limit of {self.max_header_bytes} bytes")
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()

@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from router.guard import DEFAULT_MAX_HEADER_BYTES, Refused, framing_problem
+from router.guard import DEFAULT_MAX_HEADER_BYTES, HeaderBudget, Refused, framing_problem
 
 ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
 
@@ -191,7 +191,7 @@ class Cycle:
             await self.conn.drain()
 
 
-class LeanProtocol(asyncio.Protocol):
+class LeanProtocol(HeaderBudget, asyncio.Protocol):
     """One client connection."""
 
     def __init__(self, app: App, loop: asyncio.AbstractEventLoop, *, scheme: str = "http",
@@ -398,14 +398,6 @@ class LeanProtocol(asyncio.Protocol):
         cycle.wake()
 
     # ----- refusals ------------------------------------------------------------------------------
-
-    def _count(self, size: int) -> None:
-        self._head += size
-        if self._head > self.max_header_bytes:
-            raise self._too_large()
-
-    def _too_large(self) -> Refused:
-        return Refused(431, f"the request's headers are over this server's limit of {self.max_header_bytes} bytes")
 
     def _refuse(self, exc: Refused) -> None:
         who = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
