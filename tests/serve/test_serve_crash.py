@@ -44,14 +44,21 @@ def test_kill_9_mid_action_then_restart_reconciles_once(tmp_path: Path) -> None:
             lines = wait_for("the alert judged again", lambda: [e for e in audit(state) if e.get("fingerprint")
                                                                 == "dead01" and e["event"] == "alert_confirmed"])
             events = audit(state)
-            assert [e["event"] for e in events if e.get("id") == begun[0]["id"]] == ["begin", "reconciled", "verified"]
+            # Re-applied once, then judged on the hot engine's queue (`waiting` down 10%). The storm goes straight to
+            # the engine, so that verdict is the machine's timing: 0 -> 0 waiting is verified at once, a request
+            # queued on a loaded machine leaves it applied for the next cycle. Either is right; what is asserted is
+            # that the interrupted action was finished exactly once and never begun again.
+            interrupted = [e["event"] for e in events if e.get("id") == begun[0]["id"]]
+            assert interrupted[:2] == ["begin", "reconciled"] and interrupted[2:] in ([], ["verified"]), interrupted
             assert len([e for e in events if e["event"] == "begin"]) == 1  # never begun a second time
             assert len([e for e in events if e["event"] == "reconciled"]) == 1
             assert any(e.get("replayed") for e in events if e["event"] == "alert_received")
-            # the cycle after the restart: the interrupted action finished, the same remedy refused (its cooldown)
+            # the cycle after the restart: the interrupted action finished (reported once it ended), the same remedy
+            # refused (its cooldown)
+            judged = ([(True, "verified")] if interrupted[2:] else [])
             assert [(a["id"] == begun[0]["id"], a["status"]) for a in lines[0]["actions"]] == [
-                (True, "verified"), (False, "refused")], lines
-            assert "cooldown" in lines[0]["actions"][1]["reason"]
+                *judged, (False, "refused")], lines
+            assert "cooldown" in lines[0]["actions"][-1]["reason"]
             again = daemon.post("/v1/alerts", post).json()  # Alertmanager's retry of the same message
             assert again["accepted"] == 0 and again["duplicates"] == 1
         finally:
