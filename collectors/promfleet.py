@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from collectors.gcpause import gc_paused
 from collectors.promsource import (
     _TARGET_LABELS,
     PrometheusError,
@@ -62,6 +63,12 @@ def fleet_snapshots_at(source: PrometheusSource, selectors: Mapping[str, str], t
     lacks gets the same errors as a per-engine read (no series, several targets). A failed query is
     every one of its engines' error.
     """
+    with gc_paused():  # the answers are large and acyclic (collectors/gcpause.py)
+        return _fleet_snapshots_at(source, selectors, t, per_query=per_query)
+
+
+def _fleet_snapshots_at(source: PrometheusSource, selectors: Mapping[str, str], t: float, *,
+                        per_query: int) -> dict[str, MetricsSnapshot | PrometheusError]:
     out: dict[str, MetricsSnapshot | PrometheusError] = {}
     groups: dict[str, dict[str, list[str]]] = {}  # label -> value -> engines
     for engine, selector in selectors.items():

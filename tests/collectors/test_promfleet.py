@@ -8,6 +8,7 @@ its targets, and runs the doctor's own read (doctor.reading.read_all in Promethe
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import resource
 import shutil
@@ -64,9 +65,11 @@ class FakeClient:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
         self.queries: list[str] = []
+        self.gc_on_during: list[bool] = []
 
     def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any:
         self.queries.append(query)
+        self.gc_on_during.append(gc.isenabled())
         return [dict(r, metric=dict(r["metric"])) for r in self.rows]  # a fresh answer, as a real client's
 
     def custom_query_range(self, *args: Any, **kwargs: Any) -> Any:
@@ -87,6 +90,8 @@ def test_fleet_snapshots_split_one_answer_per_engine() -> None:
                                       "twice": 'instance="c:1"'}, 102.0)
     assert len(client.queries) == 1
     assert 'instance=~"a:1|b:1|c:1|z:1"' in client.queries[0]
+    # the answer decoded and mapped with the cyclic collector paused (collectors/gcpause.py), on again after
+    assert client.gc_on_during == [False] and gc.isenabled()
     a, b = out["a"], out["b"]
     assert isinstance(a, MetricsSnapshot) and isinstance(b, MetricsSnapshot)
     assert (a.gauges["running"], a.timestamp, b.gauges["running"], b.timestamp) == (3.0, 100.0, 5.0, 101.0)
