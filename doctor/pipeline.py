@@ -57,8 +57,10 @@ def build_views(readings: Sequence[EngineReading], signals: Mapping[str, Signals
         )
         for r in readings
     ]
+    memo: dict[object, object] = {"views": views}  # the pools' members come from here (playbooks.pool)
     for view in views:
         view.peers = [v for v in views if v is not view]
+        view.memo = memo
     return views
 
 

@@ -59,6 +59,9 @@ class EngineView:
     slo: Mapping[str, float] = field(default_factory=dict)  # e.g. p99_ttft_s, p99_e2e_s
     change_in_progress: bool = False  # the doctor itself is acting on this engine
     show_weak: bool = False  # see signals built from too few requests (only to report a pending condition)
+    # What this evaluation's playbooks worked out for many engines at once (a pool's members and verdict), shared
+    # by every view of one evaluation (doctor.pipeline.build_views): judged once per pool, not once per replica.
+    memo: dict[object, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def window_s(self) -> float:

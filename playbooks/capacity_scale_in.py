@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
-from playbooks.pool import POOL_DEFAULTS, anchor, pool_of, shrink
+from playbooks.pool import POOL_DEFAULTS, pool_anchor, pool_of, pool_size, shrink
 
 
 class CapacityScaleIn(Playbook):
@@ -38,9 +38,9 @@ decision, and the guardrails' cooldown (`cooldown_s`) spaces the steps. Undo: ad
 """
 
     def check(self, view: EngineView) -> Condition | None:
-        pool = pool_of(view)
-        if len(pool) < 2 or anchor(pool) != view.name:
+        if pool_size(view) < 2 or pool_anchor(view) != view.name:
             return None  # one finding per pool, on its anchor
+        pool = pool_of(view)
         verdict = shrink(pool, view.params)
         if verdict.victim is None:
             return None

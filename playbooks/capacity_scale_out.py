@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
-from playbooks.pool import POOL_DEFAULTS, pool_of, replica_scale_out
+from playbooks.pool import POOL_DEFAULTS, pool_size, replica_scale_out
 
 
 class CapacityScaleOut(Playbook):
@@ -109,7 +109,7 @@ room is spread better instead (`replica_imbalance`); giving replicas back is `ca
                             inverse={"max_num_seqs": current}, risk="medium",
                             description="more sequence slots: the KV cache has room for them")] \
             if condition.details.get("cause") in ("slots", "both") and current else []
-        if len(pool_of(view)) >= 2:
+        if pool_size(view) >= 2:
             # a pool scales by replicas, judged as a whole: nothing while one is starting, spread when it has room
             if replica is not None:
                 return [replica, *more_seqs]

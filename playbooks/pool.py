@@ -75,11 +75,37 @@ class Shrink:
     batch: float | None = None
 
 
+def _members(view: EngineView) -> list[EngineView]:
+    """Every engine in `view`'s role as the evaluation built it (doctor.pipeline.build_views keeps its views in
+    view.memo["views"]), found once per evaluation; without that, `view` and its peers."""
+    key = ("pool members", view.role)
+    found = view.memo.get(key)
+    if found is None:
+        views = view.memo.get("views") or [view, *view.peers]
+        found = view.memo[key] = [v for v in views if v.role == view.role]  # type: ignore[attr-defined]
+    return found  # type: ignore[return-value]
+
+
 def pool_of(view: EngineView) -> list[EngineView]:
     """The engine and its same-role peers (a role-less engine is a pool of one)."""
     if view.role is None:
         return [view]
-    return [view, *(p for p in view.peers if p.role == view.role and p.name != view.name)]
+    return [view, *(p for p in _members(view) if p.name != view.name)]
+
+
+def pool_size(view: EngineView) -> int:
+    """len(pool_of(view)), without building the list."""
+    return 1 if view.role is None else len(_members(view))
+
+
+def pool_anchor(view: EngineView) -> str:
+    """anchor(pool_of(view)), found once per pool."""
+    if view.role is None:
+        return view.name
+    key = ("pool anchor", view.role)
+    if key not in view.memo:
+        view.memo[key] = anchor(_members(view))
+    return str(view.memo[key])
 
 
 def anchor(pool: Sequence[EngineView]) -> str:
@@ -172,18 +198,27 @@ def needed(pool: Sequence[EngineView], params: Mapping[str, float]) -> Need:
 def replica_scale_out(view: EngineView, params: Mapping[str, float]) -> tuple[Action | None, str]:
     """The replica scale-out `view`'s pool needs, or None and why not (the pool has room, or a replica is still
     starting). A pool of one adds one replica for itself, as before pools were judged."""
-    pool = pool_of(view)
-    if len(pool) < 2:
+    if pool_size(view) < 2:
         return Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1}, risk="medium",
                       description="add a replica behind the router"), ""
+    if view.show_weak:  # its own weak signals count (a pending condition's report): judged for it alone
+        return _pool_scale_out(pool_of(view), view.role, params)
+    key = ("replica_scale_out", view.role, tuple(sorted(params.items())))  # the same for every replica of the pool
+    if key not in view.memo:
+        view.memo[key] = _pool_scale_out(pool_of(view), view.role, params)
+    return view.memo[key]  # type: ignore[return-value]
+
+
+def _pool_scale_out(pool: Sequence[EngineView], role: str | None,
+                    params: Mapping[str, float]) -> tuple[Action | None, str]:
     state = judge(pool, params)
     if not state.scale_up:
         why = (f"{', '.join(state.starting)} still starting: its capacity is coming" if state.starting else
-               f"the {view.role} pool has room ({state.describe()}): spread the load instead")
+               f"the {role} pool has room ({state.describe()}): spread the load instead")
         return None, why
     need = needed(pool, params)
     return Action("scale_out", anchor(pool), {"add_replicas": need.add}, inverse={"add_replicas": -need.add},
-                  risk="medium", description=f"add {need.add} replica(s): the {view.role} pool is saturated "
+                  risk="medium", description=f"add {need.add} replica(s): the {role} pool is saturated "
                   f"({state.describe()}); {need.why}"), ""
 
 

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from playbooks.base import Condition, EngineView, Playbook
 from playbooks.model import Action, Evidence
-from playbooks.pool import POOL_DEFAULTS, pool_of, replica_scale_out
+from playbooks.pool import POOL_DEFAULTS, pool_size, replica_scale_out
 
 
 class QueuePressure(Playbook):
@@ -110,7 +110,7 @@ the pool is saturated, as many as its demand needs, in one action on the pool's 
         scale: Action | None = Action("scale_out", view.name, {"add_replicas": 1}, inverse={"add_replicas": -1},
                                       risk="medium",
                                       description="add capacity: another replica (or more tensor-parallel shards)")
-        if len(pool_of(view)) >= 2:  # a pool is judged as a whole (playbooks.pool): one action, sized to the need
+        if pool_size(view) >= 2:  # a pool is judged as a whole (playbooks.pool): one action, sized to the need
             pooled, why_not = replica_scale_out(view, {**POOL_DEFAULTS, **p})
             if pooled is None and "starting" in why_not:
                 return []  # a replica is still starting: its capacity is coming

@@ -207,3 +207,31 @@ def test_the_scale_in_playbook_fires_once_per_pool_on_its_anchor() -> None:
                                                                          {"add_replicas": 1})
     assert SCALE_IN.check(_scale_in_view(names, {**light, "waiting": 2.0})) is None  # 6 waiting over 2: 3 > 2
     assert SCALE_IN.check(_scale_in_view(("hot",), light)) is None
+
+
+def test_a_pool_is_judged_once_per_evaluation_however_many_replicas_propose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1,000 engines judged at once: every saturated replica's remedies ask for the pool's scale-out; the pool is
+    judged once (view.memo, shared by build_views), and every replica gets the same answer as when judged alone."""
+    from collectors.combine import EngineReading
+    from doctor.pipeline import build_views, run_playbooks
+    from playbooks import pool
+
+    names = ["hot", *(f"hot-{i}" for i in range(2, 41))]
+    signals = {n: Signals(engine=n, window_s=60.0, health="ok",  # type: ignore[arg-type]
+                          values={**SLOTS_FULL, "uptime_s": 3600.0, "waiting": 300.0, "qps": 5.0}) for n in names}
+    views = build_views([EngineReading(name=n, role="hot", url=f"http://{n}") for n in names], signals, now=1000.0)
+    judged: list[int] = []
+    real_judge = pool.judge
+    monkeypatch.setattr(pool, "judge", lambda p, params: judged.append(len(p)) or real_judge(p, params))
+    from playbooks.registry import all_playbooks
+
+    held = {f"{pb.id}|{n}": {"onset": 0.0, "last": 999.0} for pb in all_playbooks() for n in names}  # past `for`
+    findings = run_playbooks(views, held, now=1000.0)
+    scale_outs = {(a.target, tuple(sorted(a.params.items()))) for f in findings for a in f.remedies
+                  if a.kind == "scale_out"}
+    alone = replica_scale_out(with_peers(views[5], *(v for v in views if v is not views[5])),
+                              {**POOL_DEFAULTS, **PLAYBOOK.defaults})[0]
+    assert alone is not None and scale_outs == {(alone.target, tuple(sorted(alone.params.items())))}
+    assert len({f.engine for f in findings if any(a.kind == "scale_out" for a in f.remedies)}) == len(names)
+    # once per playbook asking with its thresholds (three here), not once per replica (40 each)
+    assert len(judged) <= 3 and set(judged) == {len(names)}, judged
