@@ -13,6 +13,9 @@ from collectors.scrape import has_engine_label
 from collectors.types import SIGNAL_NAMES, EngineConfigView, Event, HealthState, MetricsSnapshot, Sample, Signals
 from collectors.window import window_view
 
+# Signals whose reason is kept with their value, not only when it is missing: a state the reason explains
+# (router_up 0: what the read of the router answered).
+EXPLAINED_STATES: frozenset[str] = frozenset({"router_up"})
 
 @dataclass
 class EngineReading:
@@ -174,7 +177,7 @@ def build_signals(reading: EngineReading, *, window_s: float, long_prompt_tokens
                 if val is not None:
                     reasons.pop(k, None)
         for k, why in source_reasons.items():
-            if values.get(k) is None:
+            if values.get(k) is None or k in EXPLAINED_STATES:
                 reasons[k] = why
     for name, val in values.items():  # any source: a reading that is not a finite number is bad input
         if val is not None and not math.isfinite(val):

@@ -29,6 +29,8 @@ DEFAULT_OUT = "docs/runbooks.md"
 FIRES_WHEN: dict[str, str] = {
     "engine_down": "the engine is unreachable, `/health` answers other than 200, or its log shows the engine "
                    "core dying",
+    "router_down": "the serving router is configured and none of the run's reads of its `/metrics` was answered "
+                   "(one finding per deployment, on the first engine by name)",
     "gpu_fault": "a new Xid error (more than %(xid_errors)s in the window; fatal classes are critical) or more than "
                  "%(ecc_dbe_errors)s double-bit ECC errors",
     "cuda_oom": "more than %(oom_events)s CUDA out-of-memory events in the engine's log",

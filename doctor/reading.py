@@ -128,18 +128,24 @@ def _router_signals(opts: Plan, readings: dict[str, EngineReading], samples: lis
     snaps: list[RouterSnapshot] = [s.data["snapshot"] for s in samples
                                    if s.error is None and isinstance(s.data.get("snapshot"), RouterSnapshot)]
     errors = [s.error for s in samples if s.error]
+    # router_up: whether the newest read of the router was answered (playbooks/router_down.py); an earlier
+    # cycle's remembered read does not make a router that fails now up
+    up: dict[str, float | None] = {"router_up": 0.0 if samples[-1].error else 1.0} if samples else {}
+    down_why = {"router_up": f"{opts.router}: {samples[-1].error}"} if samples and samples[-1].error else {}
     for ref in opts.engines:
         reading = readings[ref.name]
         if errors and not snaps:
             reading.errors_extra.append(f"router {opts.router}: {errors[-1]}")
+            reading.router_values, reading.router_reasons = dict(up), dict(down_why)
             continue
         if not snaps:
             continue
         prev, cur = (snaps[0], snaps[-1]) if len(snaps) > 1 else (None, snaps[-1])
         values, reasons = derive_router_signals(prev, cur, engine=ref.name)
         extra = {ROUTER_SIGNALS[k]: v for k, v in values.items() if k in ROUTER_SIGNALS}
-        reading.router_values = extra
-        reading.router_reasons = {ROUTER_SIGNALS[k]: v for k, v in reasons.items() if k in ROUTER_SIGNALS}
+        reading.router_values = {**extra, **up}
+        reading.router_reasons = {**{ROUTER_SIGNALS[k]: v for k, v in reasons.items() if k in ROUTER_SIGNALS},
+                                  **down_why}
 
 
 @functools.lru_cache(maxsize=1)

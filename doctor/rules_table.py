@@ -131,6 +131,11 @@ def _engine_down(c: Ctx) -> str:
     return f"{c.plain('up')} == 0"
 
 
+def _router_down(c: Ctx) -> str:
+    m = strip_braces(c.opts.router_selector)
+    return f"up{{{m}}} == 0" if m else "up == 0"
+
+
 def _gpu_xid(c: Ctx) -> str:
     xid = c.gpu("DCGM_FI_DEV_XID_ERRORS")
     return "\nor ".join(f"{xid} == {code}" for code in sorted(c.opts.fatal_xids))
@@ -348,6 +353,10 @@ RULES: tuple[RuleSpec, ...] = (
     RuleSpec("engine_down", "VllmEngineDown", _engine_down, f"vLLM engine {ON} is down",
              "Prometheus cannot scrape the engine's /metrics (up == 0): the API server is gone or hung.",
              "critical", min_for_s=60.0, note="for: at least 1m (the playbook's is 0): one failed scrape is no outage"),
+    RuleSpec("router_down", "RouterDown", _router_down, f"Router {ON} is down",
+             "Prometheus cannot scrape the serving router's /metrics (up == 0): requests sent through it fail.",
+             "critical", min_for_s=60.0,
+             note="from the serving router's scrape (--router-selector); for: at least 1m, as for an engine"),
     RuleSpec("gpu_fault", "VllmGpuXidError", _gpu_xid, f"{GPU}: fatal Xid {VAL}",
              "dcgm-exporter's last Xid is of a fatal class: the GPU needs a reset or replacement.",
              "critical", params=("xid_errors",), fixed_severity=True,

@@ -108,6 +108,16 @@ def pool_anchor(view: EngineView) -> str:
     return str(view.memo[key])
 
 
+def deployment_anchor(view: EngineView) -> str:
+    """The first engine by name of the whole evaluation: where a finding about what every engine shares (the
+    router in front of them) is reported once."""
+    key = ("deployment anchor",)
+    if key not in view.memo:
+        views = view.memo.get("views") or [view, *view.peers]
+        view.memo[key] = min(v.name for v in views)  # type: ignore[attr-defined]
+    return str(view.memo[key])
+
+
 def anchor(pool: Sequence[EngineView]) -> str:
     """The engine a pool's decisions target (its first name): one action however many replicas propose it."""
     return min(v.name for v in pool)

@@ -10,7 +10,7 @@ from playbooks.base import Playbook
 # Module names under playbooks/ (one playbook per file, module-level `PLAYBOOK`), in precedence order:
 # when findings propose conflicting actions, the most severe wins, then the earlier playbook here.
 PLAYBOOK_MODULES: tuple[str, ...] = (
-    "engine_down", "gpu_fault", "cuda_oom", "engine_stalled", "error_rate", "kv_pressure", "p99_spike",
+    "engine_down", "router_down", "gpu_fault", "cuda_oom", "engine_stalled", "error_rate", "kv_pressure", "p99_spike",
     "queue_pressure", "cold_prefill_slow", "long_prompt_share", "hot_decode_jitter", "memory_fragmentation",
     "throughput_drop", "capacity_scale_out", "capacity_scale_in", "prefix_cache_miss", "api_server_cpu_bound",
     "batch_underutilized", "cold_start", "replica_imbalance",

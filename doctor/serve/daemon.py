@@ -66,7 +66,7 @@ async def serve(config: DoctorConfig, state_dir: Path, creds: Credentials, sock:
     inbox = await asyncio.to_thread(Inbox, state_dir, capacity=settings.queue_size)
     daemon = Daemon(plan, interval_s=settings.interval_s, alert_wait_s=settings.alert_wait_s, inbox=inbox,
                     mapper=AlertMapper(plan.engines, labels=settings.engine_labels,
-                                       alert_playbooks=settings.alert_playbooks),
+                                       alert_playbooks=settings.alert_playbooks, router=plan.router),
                     audit=rem.audit, metrics=DaemonMetrics(), events=EventHub(), cycle=run_cycle,
                     cycle_timeout_s=max(config.timeout_s, 2 * plan.sample_s + 2 * plan.request_timeout_s + 5))
     elector = None

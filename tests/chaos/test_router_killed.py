@@ -1,7 +1,8 @@
 """Chaos: the router killed (SIGKILL) in the middle of a streamed completion. The client sees a clean error at once
 (the stream ends short, no `[DONE]`, never a hang), new connections are refused, the engine lets the orphaned request
-go, and `doctor diagnose` reports the router unreachable while still reading the engines. Restarted on its port,
-the router serves again and the doctor reads it again. The router, the sim engines and the doctor are processes."""
+go, and `doctor diagnose` reports the router unreachable while still reading the engines (one critical
+`router_down` finding). Restarted on its port, the router serves again and the doctor reads it again. The router,
+the sim engines and the doctor are processes."""
 
 from __future__ import annotations
 
@@ -73,11 +74,15 @@ def test_router_killed_mid_stream(tmp_path: Path, outcome: Record) -> None:
         wait_for("the engine to drop the orphaned request", lambda: _running(eng["hot"].url) == 0, timeout_s=60)
 
         down = diagnose(args)
-        assert down.code in (0, 1), down  # the engines were read: not "could not do its job"
+        assert down.code == 2, down  # critical (router_down), not 3: the engines were read, the doctor did its job
         assert down.report is not None
         for e in down.report["engines"]:
             assert e["reachable"] is True
             assert any(x.startswith(f"router {url}:") for x in e["errors"]), e["errors"]
+        # one finding for the deployment, on the first engine by name, with the read's error as evidence
+        found = [(f["playbook"], f["engine"], f["severity"]) for f in down.report["findings"]
+                 if f["playbook"] == "router_down"]
+        assert found == [("router_down", "cold", "critical")], down.report["findings"]
         text = io.StringIO()
         diagnose_main([*args, "--no-history"], out=text, err=io.StringIO())  # what a person reads, in-process
         assert f"router {url}" in text.getvalue(), text.getvalue()
@@ -89,6 +94,9 @@ def test_router_killed_mid_stream(tmp_path: Path, outcome: Record) -> None:
             back = diagnose(args)
             assert back.report is not None
             assert not [x for e in back.report["engines"] for x in e["errors"] if x.startswith("router")], back
+            assert not [f for f in back.report["findings"] if f["playbook"] == "router_down"], back.report
+            assert {e["signals"].get("router_up") for e in back.report["engines"]} == {1.0}
     outcome("reported", f"the stream broke at once ({type(broke.value).__name__}, no [DONE]), the engine dropped "
                         "the orphaned request, doctor diagnose named the router unreachable in each engine's "
-                        "errors; restarted, it served and was read again", lost=0)
+                        "errors and reported router_down once (critical); restarted, it served and was read again",
+            lost=0)

@@ -53,3 +53,20 @@ def test_alerts_map_by_labels_then_tables() -> None:
     assert (m.target(c).engine, m.target(c).playbook) == ("cold", "queue_pressure")  # the playbook's own alerts
     assert not m.target(d).known and "no configured engine" in m.target(d).why
     assert not m.target(e).known and "unknown playbook 'no_such'" in m.target(e).why
+
+
+def test_the_router_s_own_alerts_go_to_the_engine_its_playbook_judges() -> None:
+    """RouterDown and RouterMisrouteShare carry the router's host:port: router_down is judged on the first engine by
+    name (where it reports, once), the misroute share on the first hot engine (long_prompt_share applies to hot)."""
+    engines = [EngineRef("hot", "hot", "http://127.0.0.1:8000"), EngineRef("cold", "cold", "http://127.0.0.1:8001")]
+    m = AlertMapper(engines, router="http://user:pw@127.0.0.1:8080")
+    [down, misroute, elsewhere] = parse(body(
+        alert("r1", instance="127.0.0.1:8080", job="router", alertname="RouterDown", playbook="router_down"),
+        alert("r2", instance="127.0.0.1:8080", job="router", alertname="RouterMisrouteShare",
+              playbook="long_prompt_share"),
+        alert("r3", instance="127.0.0.1:9999", job="router", alertname="RouterDown", playbook="router_down"))).alerts
+    assert (m.target(down).engine, m.target(down).playbook) == ("cold", "router_down")
+    assert (m.target(misroute).engine, m.target(misroute).playbook) == ("hot", "long_prompt_share")
+    assert not m.target(elsewhere).known and "no configured engine" in m.target(elsewhere).why
+    # without a router configured, its alerts match no engine, as before
+    assert not AlertMapper(engines).target(down).known
