@@ -229,7 +229,18 @@ async def collect(opts: Options, *, clock: Callable[[], float] = time.time) -> d
         engines = await asyncio.to_thread(discover_engines, opts.prometheus, opts.discover, opts.engines,
                                           timeout_s=opts.request_timeout_s)
         opts = dataclasses.replace(opts, engines=engines)
-    return (await run_cycle(plan_of(opts), clock=clock)).report
+    plan = plan_of(opts)
+    if plan.transport is not None:
+        return (await run_cycle(plan, clock=clock)).report
+    from doctor.wire_transport import KeptTransport
+
+    # The run's GETs (/health, /version, /v1/models, /metrics, the router's) over router.wire, as the daemon's:
+    # a tenth of httpx's CPU per read (doctor/wire_transport.py); 1,000 engines' reads are most of a fleet run.
+    transport = KeptTransport(max_connections=5 * max(1, min(opts.max_concurrent_reads or 64, len(plan.engines))))
+    try:
+        return (await run_cycle(dataclasses.replace(plan, transport=transport), clock=clock)).report
+    finally:
+        await transport.close()
 
 
 def exit_code(report: dict[str, Any], fail_on: str) -> int:
