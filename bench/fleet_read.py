@@ -182,12 +182,13 @@ def prometheus(work: Path, targets: Sequence[tuple[str, str]], lookback_s: float
 
 
 def query_count(url: str) -> float:
-    """Instant queries Prometheus has answered, from its own /metrics."""
+    """Queries (instant and range) Prometheus has answered, from its own /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(f"{url}/metrics", timeout=10, trust_env=False).text
     return sum(s.value for f in text_string_to_metric_families(text) if f.name == "prometheus_http_requests"
-               for s in f.samples if s.name.endswith("_total") and s.labels.get("handler") == "/api/v1/query")
+               for s in f.samples if s.name.endswith("_total")
+               and s.labels.get("handler") in ("/api/v1/query", "/api/v1/query_range"))
 
 
 def cpu_of(pid: int) -> float:

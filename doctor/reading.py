@@ -385,7 +385,7 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
     read directly, at most `max_concurrent_reads` engines at once. Returns why, when Prometheus itself does not
     answer (the caller reads the engines directly instead)."""
     from collectors.httpsource import read_health, read_models, read_version
-    from collectors.promfleet import fleet_snapshots_at
+    from collectors.promfleet import fleet_snapshots_over
     from collectors.promsource import PrometheusError, PrometheusSource, PrometheusUnreachable
 
     assert opts.prometheus is not None and opts.since_s is not None
@@ -418,13 +418,13 @@ async def _read_prometheus(opts: Plan, readings: dict[str, EngineReading], *,
             else identity(client, ref, everything[1:]) for ref in refs)))
 
     async with client:
-        # The engines' own answers are read while Prometheus answers (its two points in worker threads);
+        # The engines' own answers are read while Prometheus answers (both points in one range query per chunk of
+        # engines, two chunks at a time, in worker threads: collectors.promfleet.fleet_snapshots_over);
         # /version and /v1/models only where the state directory has no answer of the last hour.
         direct = asyncio.ensure_future(identities(list(opts.engines), health=True))
-        times = (now - opts.since_s, now)
+        times = (now - opts.since_s, now) if opts.since_s > 0 else (now,)
         try:
-            answers = await asyncio.gather(*(asyncio.to_thread(fleet_snapshots_at, source, selectors, t)
-                                             for t in times))
+            answers = await asyncio.to_thread(fleet_snapshots_over, source, selectors, times)
         except BaseException:
             direct.cancel()
             raise

@@ -31,6 +31,7 @@ from collectors.promfleet import (
     discover_targets,
     equality_matcher,
     fleet_snapshots_at,
+    fleet_snapshots_over,
 )
 from collectors.promsource import PrometheusError, PrometheusSource
 from collectors.scrape import parse_metrics
@@ -227,11 +228,12 @@ def _targets_yaml() -> str:
 
 
 def _query_count(url: str) -> float:
-    """Instant queries Prometheus has answered, from its own /metrics (reading them is no query)."""
+    """Queries (instant and range) Prometheus has answered, from its own /metrics (reading them is no query)."""
     r = httpx.get(f"{url}/metrics", timeout=10, trust_env=False)
     r.raise_for_status()
     return sum(s.value for f in text_string_to_metric_families(r.text) if f.name == "prometheus_http_requests"
-               for s in f.samples if s.name.endswith("_total") and s.labels.get("handler") == "/api/v1/query")
+               for s in f.samples if s.name.endswith("_total")
+               and s.labels.get("handler") in ("/api/v1/query", "/api/v1/query_range"))
 
 
 def _signals(name: str, snaps: list[MetricsSnapshot], window_s: float) -> Signals:
@@ -324,8 +326,9 @@ def test_every_engine_is_discovered_and_read(fleet: Fleet) -> None:
 
 
 def test_queries_do_not_grow_with_the_engines(fleet: Fleet) -> None:
-    # per point in time, one snapshot query per ENGINES_PER_QUERY engines (a bounded answer), not one per engine
-    assert fleet.queries == 2 * -(-ENGINES // ENGINES_PER_QUERY) < 2 * ENGINES
+    # one snapshot query (a range query over both points in time) per ENGINES_PER_QUERY engines (a bounded
+    # answer), not one per engine
+    assert fleet.queries == -(-ENGINES // ENGINES_PER_QUERY) < ENGINES
 
 
 def test_signals_are_what_was_backfilled_and_what_per_engine_reads_give(fleet: Fleet) -> None:
@@ -341,3 +344,54 @@ def test_signals_are_what_was_backfilled_and_what_per_engine_reads_give(fleet: F
         assert got.values["running"] == float(i % 7) and got.values["kv_cache_usage"] == (i % 100) / 100
     qps = [fleet.results[_instance(i)].signals.values["qps"] for i in (1, 999)]
     assert qps[0] is not None and qps[1] is not None and qps[1] / qps[0] == pytest.approx(1.999 / 1.001)
+
+
+class RangeClient(FakeClient):
+    """Answers the range query over two times with each time's rows as a matrix (what Prometheus answers)."""
+
+    def __init__(self, at: dict[float, list[dict[str, Any]]]) -> None:
+        super().__init__([])
+        self.at = at
+        self.range_params: list[dict[str, Any]] = []
+
+    def custom_query(self, query: str, params: dict[str, Any] | None = None) -> Any:
+        self.queries.append(query)
+        return [dict(r, metric=dict(r["metric"])) for r in self.at[float((params or {})["time"])]]
+
+    def custom_query_range(self, query: str, start_time: Any, end_time: Any, step: str,
+                           params: dict[str, Any] | None = None) -> Any:
+        self.queries.append(query)
+        self.range_params.append(dict(params or {}))
+        series: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        for t, rows in sorted(self.at.items()):
+            for r in rows:
+                key = tuple(sorted(r["metric"].items()))
+                series.setdefault(key, {"metric": dict(r["metric"]), "values": []})["values"].append([t, r["value"][1]])
+        return list(series.values())
+
+
+def test_two_points_are_one_range_query_with_the_same_snapshots_as_two_instant_ones() -> None:
+    t0, t1 = 100.0004, 1000.0009  # asked to the millisecond, as the instant queries ask them
+    at = {100.0: _rows("a:1", 3, 90.0) + _rows("b:1", 5, 91.0),
+          1000.001: _rows("a:1", 4, 990.0) + _rows("b:1", 6, 991.0) + _rows("c:1", 1, 992.0)}
+    selectors = {"a": 'instance="a:1"', "b": 'instance="b:1"', "c": 'instance="c:1"'}
+    ranged = RangeClient(at)
+    over = fleet_snapshots_over(PrometheusSource("http://prom:9090", client_factory=lambda url, t: ranged),
+                                selectors, (t0, t1))
+    assert len(ranged.queries) == 1
+    assert ranged.range_params == [{"start": "100.000", "end": "1000.001", "step": "900.001"}]
+    instant = RangeClient({100.0: at[100.0], 100.0004: at[100.0], 1000.001: at[1000.001], 1000.0009: at[1000.001]})
+    one_by_one = [fleet_snapshots_at(PrometheusSource("http://prom:9090", client_factory=lambda url, t: instant),
+                                     selectors, t) for t in (t0, t1)]
+    for got, want in zip(over, one_by_one, strict=True):
+        assert set(got) == set(want) == set(selectors)
+        for name in selectors:
+            if isinstance(want[name], PrometheusError):  # c had no series at t0: the same error
+                assert isinstance(got[name], PrometheusError) and str(got[name]).split(" (query")[0] == \
+                    str(want[name]).split(" (query")[0]
+            else:
+                assert got[name] == want[name], name
+    assert isinstance(over[0]["c"], PrometheusError) and isinstance(over[1]["c"], MetricsSnapshot)
+    with pytest.raises(ValueError, match="two increasing"):
+        fleet_snapshots_over(PrometheusSource("http://prom:9090", client_factory=lambda url, t: ranged), selectors,
+                             (t1, t0))

@@ -129,9 +129,10 @@ def _read_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, starts: list[fl
     for run, start in enumerate(starts):
         snap = MetricsSnapshot(timestamp=T0, counters={}, gauges={"process_start_time": start}, histograms={},
                                info={}, names_seen=frozenset(), units={}, stats_enabled=True, rejected={})
-        def fleet(source: object, selectors: object, t: float, s: MetricsSnapshot = snap) -> dict[str, object]:
-            return {"e": s}
-        monkeypatch.setattr(collectors.promfleet, "fleet_snapshots_at", fleet)
+        def fleet(source: object, selectors: object, times: tuple[float, ...],
+                  s: MetricsSnapshot = snap) -> list[dict[str, object]]:
+            return [{"e": s} for _ in times]
+        monkeypatch.setattr(collectors.promfleet, "fleet_snapshots_over", fleet)
         asked.append([])
         reading = EngineReading("e", "hot", URL)
         now = T0 + 60 * run
