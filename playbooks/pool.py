@@ -75,14 +75,18 @@ class Shrink:
     batch: float | None = None
 
 
+def _evaluation(view: EngineView) -> list[EngineView]:
+    """Every view of `view`'s evaluation as doctor.pipeline.build_views made them (view.memo["views"]); without
+    that, `view` and its peers."""
+    return view.memo.get("views") or [view, *view.peers]  # type: ignore[return-value]
+
+
 def _members(view: EngineView) -> list[EngineView]:
-    """Every engine in `view`'s role as the evaluation built it (doctor.pipeline.build_views keeps its views in
-    view.memo["views"]), found once per evaluation; without that, `view` and its peers."""
+    """Every engine in `view`'s role in its evaluation (_evaluation), found once per evaluation."""
     key = ("pool members", view.role)
     found = view.memo.get(key)
     if found is None:
-        views = view.memo.get("views") or [view, *view.peers]
-        found = view.memo[key] = [v for v in views if v.role == view.role]  # type: ignore[attr-defined]
+        found = view.memo[key] = [v for v in _evaluation(view) if v.role == view.role]
     return found  # type: ignore[return-value]
 
 
@@ -113,8 +117,7 @@ def deployment_anchor(view: EngineView) -> str:
     router in front of them) is reported once."""
     key = ("deployment anchor",)
     if key not in view.memo:
-        views = view.memo.get("views") or [view, *view.peers]
-        view.memo[key] = min(v.name for v in views)  # type: ignore[attr-defined]
+        view.memo[key] = min(v.name for v in _evaluation(view))
     return str(view.memo[key])
 
 
