@@ -11,8 +11,11 @@ With --nginx every arrival also goes through Debian's nginx as a reverse proxy o
 keep-alive upstream, no access log, unbuffered), and a second table puts the router's added latency and CPU
 per request beside nginx's. Goal at fleet rates (200 and 1,000 requests/s): within 2x of nginx's added P50.
 
+With --floor (beside --nginx) a bare byte splice in Python on uvloop takes the same hop too: the least any proxy
+written in Python adds, which puts the 2x-of-nginx goal beside what the language allows.
+
     .venv/bin/python bench/router_overhead.py [--rates 50,100,200] [--seconds 5] [--upstream stub] [--stream]
-                                              [--nginx]
+                                              [--nginx [--floor]]
 """
 
 from __future__ import annotations
@@ -98,6 +101,61 @@ def serve_stub(port: int) -> None:
         await server.serve_forever()
 
     asyncio.run(main())
+
+
+def serve_splice(port: int, upstream_port: int) -> None:
+    """The floor under any proxy written in Python: bytes copied between each client connection and its own engine
+    connection on uvloop (the router's loop), with no HTTP parsing, routing, admission or metrics at all. Not a
+    proxy anyone could run (it cannot route, retry or refuse); what the router pays beyond it is the router's own
+    work, and what it pays beyond nginx is Python's."""
+
+    class Upstream(asyncio.Protocol):
+        def __init__(self, client: asyncio.Transport) -> None:
+            self.client = client
+
+        def data_received(self, data: bytes) -> None:
+            self.client.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self.client.close()
+
+    class Client(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.t: asyncio.Transport = transport  # type: ignore[assignment]
+            self.up: asyncio.Transport | None = None
+            self.early: list[bytes] = []  # read before the engine connection was up (uvloop may deliver some)
+            self.t.pause_reading()
+            self.connecting = asyncio.ensure_future(self._connect())
+
+        async def _connect(self) -> None:
+            loop = asyncio.get_running_loop()
+            try:
+                self.up, _ = await loop.create_connection(lambda: Upstream(self.t), "127.0.0.1", upstream_port)
+            except OSError as exc:
+                print(f"splice: connect: {exc}", file=sys.stderr)
+                self.t.close()
+                return
+            for data in self.early:
+                self.up.write(data)
+            self.t.resume_reading()
+
+        def data_received(self, data: bytes) -> None:
+            if self.up is None:
+                self.early.append(data)
+            else:
+                self.up.write(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.up is not None:
+                self.up.close()
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(Client, "127.0.0.1", port)
+        await server.serve_forever()
+
+    import uvloop
+
+    uvloop.run(main())
 
 
 def free_port() -> int:
@@ -196,7 +254,7 @@ async def run_rate(paths: dict[str, str], rate: float, seconds: float, seed: int
     same moment, the order rotating; percentiles per path, and the CPU per request of each process in `cpus`."""
     rng = random.Random(seed)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
-    errors: list[int] = []
+    errors: dict[str, list[int]] = {name: [] for name in paths}
     pools = {name: RawPool(url, body) for name, url in paths.items()}
     names = list(paths)
     for _ in range(20):  # warm connections on every path
@@ -213,15 +271,16 @@ async def run_rate(paths: dict[str, str], rate: float, seconds: float, seed: int
         if delay > 0:
             await asyncio.sleep(delay)
         for name in names[n % len(names):] + names[:n % len(names)]:
-            tasks.append(asyncio.ensure_future(_one(pools[name], samples[name], errors)))
+            tasks.append(asyncio.ensure_future(_one(pools[name], samples[name], errors[name])))
         n += 1
     elapsed = loop.time() - start
     await asyncio.gather(*tasks)
     cpu = {name: read() - cpu0[name] for name, read in cpus.items()}
     for pool in pools.values():
         pool.close()
-    row = {"rate": rate, "sent": n / elapsed, "n": len(samples["router"]), "errors": len(errors),
+    row = {"rate": rate, "sent": n / elapsed, "n": len(samples["router"]), "errors": sum(map(len, errors.values())),
            "cpu_per_request": cpu["router"] / max(1, len(samples["router"]))}
+    row |= {f"{name}_errors": len(errs) for name, errs in errors.items()}
     row |= {f"{name}_cpu_per_request": cpu[name] / max(1, len(samples[name])) for name in cpu}
     for what, i in (("", 1), ("first_", 0)):  # to the end; to the first body bytes
         for name, xs in samples.items():
@@ -241,9 +300,10 @@ http {{
     access_log off;
     client_body_temp_path {work}/body;
     proxy_temp_path {work}/proxy;
-    upstream engine {{ server 127.0.0.1:{engine}; keepalive 64; }}
+    upstream engine {{ server 127.0.0.1:{engine}; keepalive 64; keepalive_requests 10000000; }}
     server {{
         listen 127.0.0.1:{port};
+        keepalive_requests 10000000;
         location / {{
             proxy_pass http://engine;
             proxy_http_version 1.1;
@@ -257,7 +317,9 @@ http {{
 
 def start_nginx(work: Path, engine_port: int, port: int) -> subprocess.Popen[bytes]:
     """Debian's nginx as a keep-alive reverse proxy to the engine: one process (as the router is), no access log,
-    responses passed on as they come (proxy_buffering off, as the router streams)."""
+    responses passed on as they come (proxy_buffering off, as the router streams), connections kept for the whole run
+    (nginx closes a keep-alive connection after 1,000 requests by default: the load generator's next request on it
+    failed, 11-12 errors a run at 1,000/s)."""
     binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/usr/local/sbin")
     if binary is None:
         raise SystemExit("--nginx needs Debian's nginx: scripts/ensure-debian-packages.sh nginx-light:nginx "
@@ -286,27 +348,25 @@ def print_tables(rows: list[dict[str, float]], args: argparse.Namespace) -> None
                   f"{(r[f'router_{what}p99'] - r[f'direct_{what}p99']) * ms:9.2f} | "
                   f"{r['cpu_per_request'] * ms:7.3f}")
         if args.nginx:
-            print(f"router beside nginx, {label} (added = through the proxy minus direct, same arrivals):")
-            print(f"{'rate/s':>7} | {'router +p50':>11} {'nginx +p50':>10} {'x':>5} | {'router +p99':>11} "
-                  f"{'nginx +p99':>10} {'x':>5} | {'router CPU/req':>14} {'nginx CPU/req':>13} {'x':>5}  (ms)")
-            for r in rows:
-                added = {(p, q): (r[f"{p}_{what}{q}"] - r[f"direct_{what}{q}"]) * ms
-                         for p in ("router", "nginx") for q in ("p50", "p99")}
-                cpu = {p: r[f"{p}_cpu_per_request"] * ms for p in ("router", "nginx")}
-                print(f"{r['rate']:7.0f} | {added['router', 'p50']:11.2f} {added['nginx', 'p50']:10.2f} "
-                      f"{_ratio(added['router', 'p50'], added['nginx', 'p50']):>5} | {added['router', 'p99']:11.2f} "
-                      f"{added['nginx', 'p99']:10.2f} {_ratio(added['router', 'p99'], added['nginx', 'p99']):>5} | "
-                      f"{cpu['router']:14.3f} {cpu['nginx']:13.3f} {_ratio(cpu['router'], cpu['nginx']):>5}")
-    if args.uvicorn:
-        print("the router on its lean server beside the same router on uvicorn, whole response (added, ms):")
-        print(f"{'rate/s':>7} | {'lean +p50':>9} {'uvicorn +p50':>12} | {'lean +p99':>9} {'uvicorn +p99':>12} | "
-              f"{'lean CPU/req':>12} {'uvicorn CPU/req':>15}")
+            _beside(rows, "nginx", what, f"router beside nginx, {label} (added = through the proxy minus direct, "
+                    "same arrivals)")
+    failed = {k[:-len("_errors")]: int(sum(r[k] for r in rows)) for k in rows[0] if k.endswith("_errors")}
+    if any(failed.values()):
+        print("failed requests by path (all rates): " + ", ".join(f"{k} {v}" for k, v in failed.items()))
+    if args.floor:
+        print("the floor: a byte splice in Python on uvloop (no HTTP parsing, no routing; serve_splice) beside "
+              "nginx and the router, whole response (added, ms):")
+        print(f"{'rate/s':>7} | {'splice +p50':>11} {'nginx +p50':>10} {'x':>5} | {'router +p50':>11} "
+              f"{'router/splice':>13} | {'splice CPU/req':>14} {'router CPU/req':>14}")
         for r in rows:
-            a = {(p, q): (r[f"{p}_{q}"] - r[f"direct_{q}"]) * ms for p in ("router", "uvicorn")
-                 for q in ("p50", "p99")}
-            print(f"{r['rate']:7.0f} | {a['router', 'p50']:9.2f} {a['uvicorn', 'p50']:12.2f} | "
-                  f"{a['router', 'p99']:9.2f} {a['uvicorn', 'p99']:12.2f} | {r['router_cpu_per_request'] * ms:12.3f} "
-                  f"{r['uvicorn_cpu_per_request'] * ms:15.3f}")
+            a = {p: (r[f"{p}_p50"] - r["direct_p50"]) * ms for p in ("splice", "nginx", "router")}
+            print(f"{r['rate']:7.0f} | {a['splice']:11.2f} {a['nginx']:10.2f} {_ratio(a['splice'], a['nginx']):>5} | "
+                  f"{a['router']:11.2f} {_ratio(a['router'], a['splice']):>13} | "
+                  f"{r['splice_cpu_per_request'] * ms:14.3f} {r['router_cpu_per_request'] * ms:14.3f}")
+    if args.baseline:
+        _beside(rows, "baseline", "", f"this checkout's router beside {args.baseline}'s (baseline), whole response")
+    if args.uvicorn:
+        _beside(rows, "uvicorn", "", "the router on its lean server beside the same router on uvicorn, whole response")
     last = rows[-1]
     added50 = (last["router_p50"] - last["direct_p50"]) * ms
     added99 = (last["router_p99"] - last["direct_p99"]) * ms
@@ -318,6 +378,22 @@ def print_tables(rows: list[dict[str, float]], args: argparse.Namespace) -> None
             held = ours <= 2 * max(theirs, 0.0)
             print(f"goal at {r['rate']:.0f}/s: router's added P50 within 2x of nginx's "
                   f"({'met' if held else 'NOT met'}: {ours:.2f} vs {theirs:.2f} ms, {_ratio(ours, theirs)})")
+
+
+def _beside(rows: list[dict[str, float]], other: str, what: str, title: str) -> None:
+    """The router's added P50 and P99 and CPU per request beside another path's, with the ratios."""
+    ms = 1000.0
+    print(f"{title}:")
+    print(f"{'rate/s':>7} | {'router +p50':>11} {other + ' +p50':>14} {'x':>5} | {'router +p99':>11} "
+          f"{other + ' +p99':>14} {'x':>5} | {'router CPU/req':>14} {other + ' CPU/req':>17} {'x':>5}  (ms)")
+    for r in rows:
+        added = {(p, q): (r[f"{p}_{what}{q}"] - r[f"direct_{what}{q}"]) * ms
+                 for p in ("router", other) for q in ("p50", "p99")}
+        cpu = {p: r[f"{p}_cpu_per_request"] * ms for p in ("router", other)}
+        print(f"{r['rate']:7.0f} | {added['router', 'p50']:11.2f} {added[other, 'p50']:14.2f} "
+              f"{_ratio(added['router', 'p50'], added[other, 'p50']):>5} | {added['router', 'p99']:11.2f} "
+              f"{added[other, 'p99']:14.2f} {_ratio(added['router', 'p99'], added[other, 'p99']):>5} | "
+              f"{cpu['router']:14.3f} {cpu[other]:17.3f} {_ratio(cpu['router'], cpu[other]):>5}")
 
 
 def _ratio(a: float, b: float) -> str:
@@ -339,11 +415,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uvicorn", action="store_true",
                    help="also send every arrival through a second router on uvicorn (http_server = \"uvicorn\", the "
                         "server the lean one replaced): A/B in one run")
+    p.add_argument("--floor", action="store_true",
+                   help="also send every arrival through a bare byte splice in Python on uvloop (with --nginx: the "
+                        "floor any Python proxy pays, beside nginx's)")
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="also send every arrival through the router of another checkout of this repository (a git "
+                        "worktree of an earlier commit): a change's A/B in one run")
     p.add_argument("--serve-stub", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--serve-splice", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.serve_stub:
         serve_stub(args.serve_stub)
         return 0
+    if args.serve_splice:
+        listen, upstream = args.serve_splice.split(":")
+        serve_splice(int(listen), int(upstream))
+        return 0
+    if args.floor and not args.nginx:
+        p.error("--floor goes with --nginx (it is read beside nginx)")
     rates = [float(r) for r in args.rates.split(",")]
     ep, rp, np_ = free_port(), free_port(), free_port()
     paths = {"direct": f"http://127.0.0.1:{ep}", "router": f"http://127.0.0.1:{rp}"}
@@ -372,6 +461,21 @@ def main(argv: list[str] | None = None) -> int:
                 paths["uvicorn"] = f"http://127.0.0.1:{up}"
                 wait_ready(paths["uvicorn"])
                 pids["uvicorn"] = procs[-1].pid
+            if args.baseline:
+                bp = free_port()
+                procs.append(subprocess.Popen([py, "-m", "router.cli", "--hot", paths["direct"], "--cold",
+                                               paths["direct"], "--port", str(bp), "--policy-file", "", "--log-level",
+                                               "warning"], cwd=Path(args.baseline).resolve()))
+                paths["baseline"] = f"http://127.0.0.1:{bp}"
+                wait_ready(paths["baseline"])
+                pids["baseline"] = procs[-1].pid
+            if args.floor:
+                sp = free_port()
+                procs.append(subprocess.Popen([py, str(Path(__file__).resolve()), "--serve-splice", f"{sp}:{ep}"],
+                                              cwd=ROOT))
+                paths["splice"] = f"http://127.0.0.1:{sp}"
+                wait_ready(paths["splice"])
+                pids["splice"] = procs[-1].pid
             if args.nginx:
                 procs.append(start_nginx(Path(work), ep, np_))
                 paths["nginx"] = f"http://127.0.0.1:{np_}"

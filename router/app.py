@@ -7,7 +7,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,13 @@ class Router:
             await self.proxy(scope, receive, send)
         else:
             await self.app(scope, receive, send)
+
+    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Coroutine[Any, Any, None] | None:
+        """A proxied request taken as far as the engine at once, the rest to run as its task (Proxy.begin); None:
+        serve it through __call__."""
+        if scope["path"] in PROXY_PATHS and scope["method"] == "POST":
+            return self.proxy.begin(scope, body, receive, send)
+        return None
 
     def _build_counter(self) -> TokenCounter:
         method = self.config.token_counter

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
 from starlette.types import Message, Receive, Scope, Send
@@ -19,9 +19,9 @@ from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import Policy
 from router.release import NoUpstream, QueueFull
-from router.tokens import BadPrompt, TokenCounter, parse_body
+from router.tokens import BadPrompt, EstimateCounter, TokenCounter, parse_body
 from router.upstreams import Upstream, other
-from router.wire import ConnectFailed, Response, WireClient, WireError, WireTimeout
+from router.wire import ConnectFailed, Response, Sent, WireClient, WireError, WireTimeout
 
 PROXY_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
@@ -54,6 +54,15 @@ class _Done:
 
     def __init__(self) -> None:
         self.finished = False
+
+
+class _Admitted:
+    """A request `Proxy.begin` admitted and forwarded at once: its upstream slot and the request in flight."""
+
+    __slots__ = ("role", "sent", "started", "upstream")
+
+    def __init__(self, role: str, upstream: Upstream, started: float, sent: Sent | None) -> None:
+        self.role, self.upstream, self.started, self.sent = role, upstream, started, sent
 
 
 class ProxyHost(Protocol):
@@ -120,6 +129,53 @@ class Proxy:
             if not msg.get("more_body", False):
                 return b"".join(parts)
 
+    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Coroutine[Any, Any, None] | None:
+        """A request whose whole body is in hand, taken as far as the engine in the callback that read it (the lean
+        server, router/lean.py, calls this before it starts a task): parsed, counted, routed, admitted at once and
+        written on an idle engine connection. Returns the rest (the answer, relayed) to run as the request's task;
+        None, having changed nothing, when the request needs more than that (a refusal, a count that awaits, a
+        queue, a new connection): then __call__ serves it from the start.
+
+        The same steps as __call__'s, without the task and the awaits in front of the engine. The router spends most
+        of its time per request before the engine has it (66 us against 19 us after the answer, in a sequential
+        probe); bench/router_overhead.py --baseline measured this at 0.9x the added P50 of the task-first path at 200
+        and 1,000 requests/s, with the same CPU per request."""
+        endpoint = scope["path"]
+        counter = self.r.counter
+        if len(body) > self.r.config.max_body_bytes or not isinstance(counter, EstimateCounter):
+            return None
+        try:
+            doc, prompt = parse_body(PROXY_PATHS[endpoint], body)
+        except BadPrompt:
+            return None
+        tokens = counter.count_now(prompt)
+        model = doc.get("model")
+        pol = self.r.policy
+        now = self.r.clock()
+        if length_limit_refuses(pol, tokens, now, model=model if isinstance(model, str) else None,
+                                client=lambda: self._client_id(scope, doc)):
+            return None
+        routed = route(pol, tokens)
+        admission = self.r.admission
+        role = admission.role_for(routed, tokens)
+        u = admission.take_next(role) if role is not None else None
+        if role is None or u is None:
+            return None
+        started = time.perf_counter()
+        headers, path = self._forwarded(scope, endpoint)
+        try:
+            sent = self.r.wire.send_now(b"POST", u.url, path, body, headers)
+        except WireError:
+            sent = None  # the exchange below meets the same error and answers it
+        return self._finish(scope, receive, send, endpoint, body, doc, tokens, routed, pol.route_threshold_tokens,
+                            _Admitted(role, u, started, sent))
+
+    async def _finish(self, scope: Scope, receive: Receive, send: Send, endpoint: str, body: bytes,
+                      doc: dict[str, Any], tokens: int, routed: str, threshold: int, admitted: _Admitted) -> None:
+        status, role = await self._watched(scope, receive, routed, lambda done: self._run(
+            scope, send, endpoint, body, doc, tokens, routed, threshold, done, admitted))
+        self.m.request(endpoint, role, status)
+
     async def _handle(self, scope: Scope, receive: Receive, send: Send, kind: str,
                       endpoint: str) -> tuple[int, str]:
         body = await self._read_body(scope, receive)
@@ -147,6 +203,13 @@ class Proxy:
                 "tokens", "PromptTooLong", limit_tokens=pol.length_limit_tokens, prompt_tokens=tokens,
                 expires_at=pol.length_limit_expires_at), "none"
         role = route(pol, tokens)
+        threshold = pol.route_threshold_tokens
+        return await self._watched(scope, receive, role, lambda done: self._run(
+            scope, send, endpoint, body, doc, tokens, role, threshold, done))
+
+    async def _watched(self, scope: Scope, receive: Receive, routed: str,
+                       run: Callable[[_Done], Awaitable[tuple[int, str]]]) -> tuple[int, str]:
+        """`run` cancelled when the client hangs up before its response is finished: then 499."""
         done = _Done()
         task = asyncio.current_task()
         assert task is not None
@@ -162,11 +225,10 @@ class Proxy:
         if hook is not None:
             hook(gone)  # the lean server (router/lean.py) calls it when the client hangs up: no watcher task
         try:
-            return await self._run(scope, send, endpoint, body, doc, tokens, role, pol.route_threshold_tokens,
-                                   done)
+            return await run(done)
         except asyncio.CancelledError:
             if not done.finished and left[0]:  # the client went away
-                return 499, role
+                return 499, routed
             raise
         finally:
             if watch is not None:
@@ -195,26 +257,38 @@ class Proxy:
 
     # ----- routing and admission -----------------------------------------------------------------
 
-    async def _run(self, scope: Scope, send: Send, endpoint: str, body: bytes, doc: dict[str, Any], tokens: int,
-                   routed: str, threshold: int, done: _Done) -> tuple[int, str]:
+    @staticmethod
+    def _forwarded(scope: Scope, endpoint: str) -> tuple[list[tuple[bytes, bytes]], str]:
+        """The request's headers as the engine gets them, and its path with the query."""
         headers = [(k, v) for k, v in scope["headers"] if k not in _DROP_REQUEST]
-        path = endpoint + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string") else "")
+        return headers, endpoint + (("?" + scope["query_string"].decode("latin-1")) if scope.get("query_string")
+                                    else "")
+
+    async def _run(self, scope: Scope, send: Send, endpoint: str, body: bytes, doc: dict[str, Any], tokens: int,
+                   routed: str, threshold: int, done: _Done, admitted: _Admitted | None = None) -> tuple[int, str]:
+        headers, path = self._forwarded(scope, endpoint)
         stream = bool(doc.get("stream"))
         for _ in range(CONNECT_ATTEMPTS):
-            role = self.r.admission.role_for(routed, tokens)
-            if role is None:
-                return await self._no_upstream(send, routed, tokens), routed
+            sent: Sent | None = None
+            if admitted is not None:  # Proxy.begin admitted it and sent it already
+                role, u, started, sent = admitted.role, admitted.upstream, admitted.started, admitted.sent
+                admitted = None
+            else:
+                found = self.r.admission.role_for(routed, tokens)
+                if found is None:
+                    return await self._no_upstream(send, routed, tokens), routed
+                role = found
+                try:
+                    u = await self.r.admission.acquire(role, tokens)
+                except QueueFull as exc:
+                    return await self._reject(send, 429, "queue_full", str(exc), "TooManyRequests",
+                                              [(b"retry-after", str(exc.retry_after).encode())],
+                                              retry_after_s=exc.retry_after), role
+                except NoUpstream as exc:
+                    return await self._reject(send, 503, "no_upstream", str(exc), "ServiceUnavailable"), role
+                started = time.perf_counter()
             try:
-                u = await self.r.admission.acquire(role, tokens)
-            except QueueFull as exc:
-                return await self._reject(send, 429, "queue_full", str(exc), "TooManyRequests",
-                                          [(b"retry-after", str(exc.retry_after).encode())],
-                                          retry_after_s=exc.retry_after), role
-            except NoUpstream as exc:
-                return await self._reject(send, 503, "no_upstream", str(exc), "ServiceUnavailable"), role
-            started = time.perf_counter()
-            try:
-                status = await self._exchange(u, send, path, body, headers, stream, tokens, threshold, done)
+                status = await self._exchange(u, send, path, body, headers, stream, tokens, threshold, done, sent)
                 return status, role
             except _ConnectFailed:
                 continue
@@ -235,9 +309,10 @@ class Proxy:
     # ----- the exchange with the engine ----------------------------------------------------------
 
     async def _exchange(self, u: Upstream, send: Send, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
-                        stream: bool, tokens: int, threshold: int, done: _Done) -> int:
+                        stream: bool, tokens: int, threshold: int, done: _Done, sent: Sent | None = None) -> int:
         try:
-            resp = await self.r.wire.post(u.url, path, body, headers)
+            resp = await (self.r.wire.answer(sent) if sent is not None else self.r.wire.post(u.url, path, body,
+                                                                                             headers))
         except ConnectFailed as exc:
             self.r.mark_down(u, f"connect: {exc}")
             self.m.child(self.m.upstream_errors, u.name, "connect").inc()  # type: ignore[attr-defined]

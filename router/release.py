@@ -126,6 +126,13 @@ class AdmissionCore(Generic[T]):
             self.on_release(role, 0.0)
         return u
 
+    def take_next(self, role: str) -> Upstream | None:
+        """take_now for the next arrival: it takes its sequence number only when it gets a slot."""
+        u = self.take_now(role, self._seq + 1)
+        if u is not None:
+            self._seq += 1
+        return u
+
     def enqueue(self, role: str, tokens: int, ticket: T, seq: int) -> Waiter[T]:
         """Queue a request (its ticket is granted or failed later, perhaps at once); NoUpstream, QueueFull."""
         if not self.has_eligible(role):

@@ -263,6 +263,16 @@ class _Origin:
         self.prefix = parts.path.rstrip("/")
 
 
+class Sent:
+    """A request written on a pooled connection whose answer is still to come (WireClient.send_now)."""
+
+    __slots__ = ("conn", "data", "key", "origin", "read_timeout_s")
+
+    def __init__(self, origin: _Origin, key: tuple[str, int, bool], data: bytes, conn: _Conn,
+                 read_timeout_s: float | None) -> None:
+        self.origin, self.key, self.data, self.conn, self.read_timeout_s = origin, key, data, conn, read_timeout_s
+
+
 class WireClient:
     """Pools of keep-alive connections per engine origin (https upstreams verified with `ssl_context`)."""
 
@@ -333,22 +343,52 @@ class WireClient:
         content-length); return once the status line and headers are in. The timeouts default to the client's."""
         o = self._origin(base_url)
         key = (o.host, o.port, o.tls)
-        read_timeout = self.read_timeout_s if read_timeout_s is None else read_timeout_s
+        data = self._request(o, method, path, body, headers)
+        return await self._exchange(o, key, data, self._take_idle(key), False, read_timeout_s, connect_timeout_s)
+
+    def send_now(self, method: bytes, base_url: str, path: str, body: bytes, headers: list[tuple[bytes, bytes]],
+                 *, read_timeout_s: float | None = None) -> Sent | None:
+        """`send`'s request written at once on an idle pooled connection, its answer left to `answer`; None when
+        no connection is idle (then `send` connects). The proxy forwards a request in the callback that read it."""
+        o = self._origin(base_url)
+        key = (o.host, o.port, o.tls)
+        conn = self._take_idle(key)
+        if conn is None or conn.transport is None:
+            return None
+        data = self._request(o, method, path, body, headers)
+        conn.transport.write(data)
+        return Sent(o, key, data, conn, read_timeout_s)
+
+    async def answer(self, sent: Sent, *, connect_timeout_s: float | None = None) -> Response:
+        """The answer to a request `send_now` wrote: as `send` returns it (sent again on a fresh connection when the
+        pooled one turns out dropped)."""
+        return await self._exchange(sent.origin, sent.key, sent.data, sent.conn, True, sent.read_timeout_s,
+                                    connect_timeout_s)
+
+    @staticmethod
+    def _request(o: _Origin, method: bytes, path: str, body: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
         head = [method, b" ", (o.prefix + path).encode("latin-1"), b" HTTP/1.1\r\nhost: ", o.netloc, b"\r\n"]
         if body or method != b"GET":
             head += (b"content-length: ", str(len(body)).encode(), b"\r\n")
         for k, v in headers:
             head += (k, b": ", v, b"\r\n")
         head.append(b"\r\n")
-        data = b"".join(head) + body
-        conn = self._take_idle(key)
+        return b"".join(head) + body
+
+    async def _exchange(self, o: _Origin, key: tuple[str, int, bool], data: bytes, conn: _Conn | None,
+                        written: bool, read_timeout_s: float | None, connect_timeout_s: float | None) -> Response:
+        """`data` on `conn` (a pooled one, or a fresh one when None; already written when `written`) until the
+        response head is in."""
+        read_timeout = self.read_timeout_s if read_timeout_s is None else read_timeout_s
         while True:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(o, connect_timeout_s)
             try:
                 assert conn.transport is not None
-                conn.transport.write(data)
+                if not written:
+                    conn.transport.write(data)
+                written = False  # a request sent again goes on a fresh connection
                 while not conn.head_done:
                     await conn.wait(read_timeout, "response from the engine")
             except _Stale:
