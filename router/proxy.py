@@ -45,6 +45,12 @@ async def respond(send: Send, status: int, body: bytes, headers: list[tuple[byte
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+def _model(doc: dict[str, Any]) -> str | None:
+    """The request's model name, when it names one."""
+    model = doc.get("model")
+    return model if isinstance(model, str) else None
+
+
 class _ConnectFailed(Exception):
     pass
 
@@ -149,13 +155,9 @@ class Proxy:
         except BadPrompt:
             return None
         tokens = counter.count_now(prompt)
-        model = doc.get("model")
-        pol = self.r.policy
-        now = self.r.clock()
-        if length_limit_refuses(pol, tokens, now, model=model if isinstance(model, str) else None,
-                                client=lambda: self._client_id(scope, doc)):
+        pol, _, routed = self._judge(scope, doc, tokens)
+        if routed is None:
             return None
-        routed = route(pol, tokens)
         admission = self.r.admission
         role = admission.role_for(routed, tokens)
         u = admission.take_next(role) if role is not None else None
@@ -190,22 +192,27 @@ class Proxy:
             doc, prompt = parse_body(kind, body)
         except BadPrompt as exc:
             return await self._reject(send, 400, "bad_request", str(exc), "BadRequestError"), "none"
-        model = doc.get("model")
-        model = model if isinstance(model, str) else None
-        tokens = await self.r.counter.count(prompt, model)
-        pol = self.r.policy
-        now = self.r.clock()
-        if length_limit_refuses(pol, tokens, now, model=model, client=lambda: self._client_id(scope, doc)):
+        tokens = await self.r.counter.count(prompt, _model(doc))
+        pol, now, role = self._judge(scope, doc, tokens)
+        if role is None:
             self.r.length_limit.refused(now)
             return await self._reject(
                 send, 413, "length_limit",
                 f"prompt of about {tokens} tokens is over the emergency length limit of {pol.length_limit_tokens} "
                 "tokens", "PromptTooLong", limit_tokens=pol.length_limit_tokens, prompt_tokens=tokens,
                 expires_at=pol.length_limit_expires_at), "none"
-        role = route(pol, tokens)
         threshold = pol.route_threshold_tokens
         return await self._watched(scope, receive, role, lambda done: self._run(
             scope, send, endpoint, body, doc, tokens, role, threshold, done))
+
+    def _judge(self, scope: Scope, doc: dict[str, Any], tokens: int) -> tuple[Policy, float, str | None]:
+        """The policy in force, its time and the pool a prompt of `tokens` goes to; None for the pool when the
+        emergency length limit refuses it. Shared by begin and _handle, which differ only in how they count."""
+        pol = self.r.policy
+        now = self.r.clock()
+        if length_limit_refuses(pol, tokens, now, model=_model(doc), client=lambda: self._client_id(scope, doc)):
+            return pol, now, None
+        return pol, now, route(pol, tokens)
 
     async def _watched(self, scope: Scope, receive: Receive, routed: str,
                        run: Callable[[_Done], Awaitable[tuple[int, str]]]) -> tuple[int, str]:
