@@ -13,188 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import json
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
-from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 import httptools
 
 from router.guard import DEFAULT_MAX_HEADER_BYTES, HeaderBudget, Refused, framing_problem
+from router.lean_cycle import BODY_HIGH_WATER, Cycle, Receive, SendFn
 
 ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
 
 log = logging.getLogger("router.http")
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-SendFn = Callable[[Message], Awaitable[None]]
 App = Callable[[MutableMapping[str, Any], Receive, SendFn], Awaitable[None]]
 Begin = Callable[[MutableMapping[str, Any], bytes, Receive, SendFn], Coroutine[Any, Any, None] | None]
 KEEP_ALIVE_S = 30.0
-BODY_HIGH_WATER = 1 << 20  # request body bytes buffered before the server stops reading the client
 DISCARD_MAX = 64 << 20  # unread request body bytes skipped after the response before the connection is closed
-_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _REFUSED = {400: "Bad Request", 431: "Request Header Fields Too Large"}
-_DISCONNECT: Message = {"type": "http.disconnect"}
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-class _Date:
-    """The Date header, formatted once a second."""
-
-    def __init__(self) -> None:
-        self.second = 0
-        self.value = b""
-
-    def __call__(self) -> bytes:
-        now = int(time.time())
-        if now != self.second:
-            self.second = now
-            self.value = b"date: " + email.utils.formatdate(now, usegmt=True).encode() + b"\r\n"
-        return self.value
-
-
-_date = _Date()
-
-
-class Cycle:
-    """One request and its response on a connection."""
-
-    __slots__ = ("body", "body_done", "body_size", "chunked", "conn", "continue_sent", "deferred", "delivered",
-                 "disconnected", "expect",
-                 "head", "head_only", "keep_alive", "on_gone", "response_done", "scope", "started", "waiter")
-
-    def __init__(self, conn: LeanProtocol, scope: MutableMapping[str, Any], keep_alive: bool, expect: bool) -> None:
-        self.conn = conn
-        self.scope = scope
-        self.keep_alive = keep_alive
-        self.expect = expect  # the client waits for 100 Continue before sending the body
-        self.continue_sent = False
-        self.deferred = False  # started only once its whole body is in, through the app's `begin`
-        self.head_only = scope["method"] == "HEAD"
-        self.body: list[bytes] = []
-        self.body_size = 0
-        self.body_done = False
-        self.delivered = False
-        self.disconnected = False
-        self.waiter: asyncio.Future[None] | None = None
-        self.on_gone: Callable[[], None] | None = None  # told when the client hangs up (router.on_disconnect)
-        self.head: bytes | None = None  # the response head, held until the first body bytes
-        self.started = False  # response.start seen
-        self.chunked = False
-        self.response_done = False
-
-    def hang_up(self) -> None:
-        self.disconnected = True
-        self.wake()
-        gone, self.on_gone = self.on_gone, None
-        if gone is not None:
-            gone()
-
-    def watch(self, fn: Callable[[], None] | None) -> None:
-        self.on_gone = fn
-        if fn is not None and self.disconnected:  # gone before the app watched
-            self.on_gone = None
-            fn()
-
-    def wake(self) -> None:
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    def feed(self, data: bytes) -> None:
-        self.body.append(data)
-        self.body_size += len(data)
-        if self.body_size > BODY_HIGH_WATER:
-            self.conn.pause_reading()
-        self.wake()
-
-    async def receive(self) -> Message:
-        while True:
-            if self.disconnected or self.response_done:
-                return _DISCONNECT
-            if not self.delivered and (self.body or self.body_done):
-                data = self.body[0] if len(self.body) == 1 else b"".join(self.body)
-                self.body.clear()
-                self.body_size = 0
-                if self.body_done:
-                    self.delivered = True  # the next receive waits for the client to leave
-                elif self.conn.parsing is self:
-                    self.conn.resume_reading()
-                return {"type": "http.request", "body": data, "more_body": not self.body_done}
-            if self.expect and not self.continue_sent and not self.body_done:
-                self.continue_sent = True
-                self.conn.write(_CONTINUE)
-            self.waiter = self.conn.loop.create_future()
-            try:
-                await self.waiter
-            finally:
-                self.waiter = None
-
-    async def send(self, message: Message) -> None:
-        if self.disconnected or self.response_done:
-            return
-        kind = message["type"]
-        if kind == "http.response.start":
-            if self.started:
-                raise RuntimeError("http.response.start sent twice")
-            self.started = True
-            status = int(message["status"])
-            parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS.get(status, b""), b"\r\n", _date()]
-            framed = False
-            for name, value in message.get("headers", ()):
-                lower = name.lower()
-                if lower == b"content-length" or lower == b"transfer-encoding":
-                    framed = True
-                elif lower == b"connection":
-                    if value.lower() == b"close":
-                        self.keep_alive = False
-                    continue
-                parts += (name, b": ", value, b"\r\n")
-            self.chunked = not framed and status >= 200 and status not in (204, 304)
-            if self.expect and not self.continue_sent and not self.body_done:
-                self.keep_alive = False  # the client holds its body back: what it sends next is not a request
-            self.head = b"".join(parts)
-            return
-        if kind != "http.response.body":
-            return
-        if not self.started:
-            raise RuntimeError("http.response.body before http.response.start")
-        body = message.get("body", b"")
-        more = bool(message.get("more_body", False))
-        out: list[bytes] = []
-        if self.head is not None:
-            head, self.head = self.head, None
-            if self.chunked and not more:  # the whole body in one message: say its length
-                self.chunked = False
-                head += b"content-length: " + str(len(body)).encode() + b"\r\n"
-            elif self.chunked and self.scope["http_version"] == "1.0":
-                self.chunked, self.keep_alive = False, False  # HTTP/1.0 cannot read chunks: the close ends it
-            elif self.chunked:
-                head += b"transfer-encoding: chunked\r\n"
-            if not self.keep_alive:
-                head += b"connection: close\r\n"
-            elif self.scope["http_version"] == "1.0":
-                head += b"connection: keep-alive\r\n"
-            out.append(head + b"\r\n")
-        if body and not self.head_only:
-            out.append(b"%x\r\n%s\r\n" % (len(body), body) if self.chunked else body)
-        if not more:
-            if self.chunked and not self.head_only:
-                out.append(b"0\r\n\r\n")
-            self.response_done = True
-        if out:
-            self.conn.write(out[0] if len(out) == 1 else b"".join(out))
-        if not more:
-            self.conn.response_complete(self)
-        elif self.conn.write_paused:
-            await self.conn.drain()
 
 
 class LeanProtocol(HeaderBudget, asyncio.Protocol):
