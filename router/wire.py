@@ -300,11 +300,23 @@ class WireClient:
         loop = asyncio.get_running_loop()
         host, port = o.host, o.port
         timeout = self.connect_timeout_s if timeout_s is None else timeout_s
+        made: list[_Conn] = []
+
+        def protocol() -> _Conn:
+            made.append(_Conn(loop))
+            return made[-1]
+
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the connection and drops a cancel that comes
+        # in the iteration the connect completes (the client's hang-up; the engine then served a request nobody
+        # awaited to its end). The cancel now arrives here, and a connection made for nothing is closed.
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(loop), host, port, ssl=self._tls() if o.tls else None,
-                                       server_hostname=host if o.tls else None),
-                timeout)
+            async with asyncio.timeout(timeout):
+                _, conn = await loop.create_connection(protocol, host, port, ssl=self._tls() if o.tls else None,
+                                                       server_hostname=host if o.tls else None)
+        except asyncio.CancelledError:
+            for made_conn in made:
+                made_conn.abort()
+            raise
         except TimeoutError:
             raise ConnectTimedOut(f"connect to {host}:{port} timed out after {timeout:g} s") from None
         except ssl.SSLError as exc:

@@ -7,6 +7,7 @@ import re
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,6 +270,35 @@ def test_a_cancelled_request_closes_its_connection_so_the_engine_sees_the_discon
             with pytest.raises(asyncio.CancelledError):
                 await task
             await asyncio.wait_for(eof.wait(), 5)
+            assert not c._idle.get(("127.0.0.1", int(eng.url.rsplit(":", 1)[1])))
+            c.close()
+
+    asyncio.run(main())
+
+
+def test_a_cancel_that_comes_as_the_connection_is_made_is_not_lost() -> None:
+    """The client's hang-up (the request task's cancel) landing in the loop iteration the engine connection completes
+    ends the request: Python 3.11's wait_for returned the connection and dropped that cancel, and the engine served a
+    request nobody awaited to its end."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        real = loop.create_connection
+        task: asyncio.Task[object] | None = None
+
+        async def connect_then_cancel(*args: Any, **kwargs: Any) -> Any:
+            made = await real(*args, **kwargs)
+            assert task is not None
+            loop.call_soon(task.cancel)  # runs before the request's task resumes with the connection
+            return made
+
+        loop.create_connection = connect_then_cancel  # type: ignore[method-assign]
+        async with Engine(read_request_forever) as eng:
+            c = client()
+            task = asyncio.ensure_future(c.post(eng.url, "/x", b"{}", []))
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), 5)
+            assert task.cancelled()
             assert not c._idle.get(("127.0.0.1", int(eng.url.rsplit(":", 1)[1])))
             c.close()
 
