@@ -7,7 +7,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from router.admission import Admission
 from router.config import RouterConfig
+from router.lean import Begun
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import ROLES, Policy, PolicyError, check_limits, initial_policy, load_document, parse_versioned
@@ -99,9 +100,9 @@ class Router:
         else:
             await self.app(scope, receive, send)
 
-    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Coroutine[Any, Any, None] | None:
-        """A proxied request taken as far as the engine at once, the rest to run as its task (Proxy.begin); None:
-        serve it through __call__."""
+    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Begun:
+        """A proxied request taken as far as the engine at once, the rest to run as its task or answered from
+        callbacks (Proxy.begin); None: serve it through __call__."""
         if scope["path"] in PROXY_PATHS and scope["method"] == "POST":
             return self.proxy.begin(scope, body, receive, send)
         return None

@@ -17,7 +17,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import httptools
@@ -26,11 +26,15 @@ from router.guard import DEFAULT_MAX_HEADER_BYTES, HeaderBudget, Refused, framin
 from router.lean_cycle import BODY_HIGH_WATER, Cycle, Receive, SendFn
 
 ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
+CYCLE = "router.cycle"  # the scope extension holding the request's Cycle (what a `begin` that took it answers with)
 
 log = logging.getLogger("router.http")
 
 App = Callable[[MutableMapping[str, Any], Receive, SendFn], Awaitable[None]]
-Begin = Callable[[MutableMapping[str, Any], bytes, Receive, SendFn], Coroutine[Any, Any, None] | None]
+# The app's synchronous start (see LeanProtocol.begin): the rest to run as a task; True when it took the request whole
+# (it answers through scope["extensions"][CYCLE], spawning a task there if it must); None when it declined.
+Begun = Coroutine[Any, Any, None] | Literal[True] | None
+Begin = Callable[[MutableMapping[str, Any], bytes, Receive, SendFn], Begun]
 KEEP_ALIVE_S = 30.0
 DISCARD_MAX = 64 << 20  # unread request body bytes skipped after the response before the connection is closed
 _REFUSED = {400: "Bad Request", 431: "Request Header Fields Too Large"}
@@ -44,7 +48,8 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
                  connections: set[LeanProtocol] | None = None) -> None:
         self.app = app
         # The app's synchronous start for a request whose body is all in (router.app.Router.begin): it may take the
-        # request as far as the engine in the callback that read it and return the rest as the task to run.
+        # request as far as the engine in the callback that read it and return the rest as the task to run, or take
+        # it whole (True) and answer it from later callbacks.
         self.begin: Begin | None = getattr(app, "begin", None)
         self.loop = loop
         self.scheme = scheme
@@ -152,7 +157,7 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
             for n, v in headers:
                 if n == b"content-length":  # one, and a number (framing_problem): small enough to hold whole
                     cycle.deferred = int(v) <= BODY_HIGH_WATER
-        scope["extensions"] = {ON_DISCONNECT: cycle.watch}
+        scope["extensions"] = {ON_DISCONNECT: cycle.watch, CYCLE: cycle}
         self.parsing = cycle
         self.cycles.append(cycle)
         if len(self.cycles) == 1:
@@ -191,12 +196,19 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
             if not cycle.body_done:
                 return  # started when its body is in (on_message_complete)
             cycle.deferred = False
-            coro = self._begin(cycle)
+            begun = self._begin(cycle)
+            if begun is True:
+                return  # the app answers it from callbacks
+            coro = begun
+        self.spawn(cycle, coro)
+
+    def spawn(self, cycle: Cycle, coro: Coroutine[Any, Any, None] | None) -> None:
+        """Serve `cycle` in a task: `coro` (what `begin` returned) or the app from the start."""
         task = self.loop.create_task(self._run(cycle, coro))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def _begin(self, cycle: Cycle) -> Coroutine[Any, Any, None] | None:
+    def _begin(self, cycle: Cycle) -> Begun:
         """The app's `begin` with the whole body; None (the body left for `receive`) when it declines or fails."""
         assert self.begin is not None
         body = cycle.body[0] if len(cycle.body) == 1 else b"".join(cycle.body)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -36,6 +36,8 @@ class Connection(Protocol):
     async def drain(self) -> None: ...
 
     def response_complete(self, cycle: Cycle) -> None: ...
+
+    def spawn(self, cycle: Cycle, coro: Coroutine[Any, Any, None]) -> None: ...
 
 
 class _Date:
@@ -131,8 +133,22 @@ class Cycle:
                 self.waiter = None
 
     async def send(self, message: Message) -> None:
+        if self.emit(message):
+            await self.conn.drain()
+
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """The whole response at once, from a callback (the proxy's answer in hand: router/flight.py)."""
+        self.emit({"type": "http.response.start", "status": status, "headers": headers})
+        self.emit({"type": "http.response.body", "body": body, "more_body": False})
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Go on with this request in a task after all (what `begin` took and could not finish in callbacks)."""
+        self.conn.spawn(self, coro)
+
+    def emit(self, message: Message) -> bool:
+        """An ASGI send's work without its wait: True when the writer should wait for the client to drain."""
         if self.disconnected or self.response_done:
-            return
+            return False
         kind = message["type"]
         if kind == "http.response.start":
             if self.started:
@@ -154,9 +170,9 @@ class Cycle:
             if self.expect and not self.continue_sent and not self.body_done:
                 self.keep_alive = False  # the client holds its body back: what it sends next is not a request
             self.head = b"".join(parts)
-            return
+            return False
         if kind != "http.response.body":
-            return
+            return False
         if not self.started:
             raise RuntimeError("http.response.body before http.response.start")
         body = message.get("body", b"")
@@ -186,5 +202,5 @@ class Cycle:
             self.conn.write(out[0] if len(out) == 1 else b"".join(out))
         if not more:
             self.conn.response_complete(self)
-        elif self.conn.write_paused:
-            await self.conn.drain()
+            return False
+        return self.conn.write_paused

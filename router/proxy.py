@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -14,7 +15,12 @@ from starlette.types import Message, Receive, Scope, Send
 from router.admission import Admission
 from router.config import RouterConfig
 from router.decide import length_limit_refuses, route
-from router.lean import ON_DISCONNECT  # scope["extensions"][ON_DISCONNECT](fn): fn() on a hang-up; None unregisters
+from router.flight import Flight
+from router.lean import (  # scope["extensions"][ON_DISCONNECT](fn): fn() on a hang-up; None unregisters
+    CYCLE,
+    ON_DISCONNECT,
+    Begun,
+)
 from router.length_limit import LengthLimitTracker
 from router.metrics import RouterMetrics
 from router.policy import Policy
@@ -29,6 +35,7 @@ _DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"tra
 _DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "date", "server"}
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _JSON = [(b"content-type", b"application/json")]
+log = logging.getLogger("router.proxy")
 CONNECT_ATTEMPTS = 3
 
 
@@ -69,6 +76,28 @@ class _Admitted:
 
     def __init__(self, role: str, upstream: Upstream, started: float, sent: Sent | None) -> None:
         self.role, self.upstream, self.started, self.sent = role, upstream, started, sent
+
+
+class _Pending:
+    """A request Proxy.begin took: what the rest of its way needs."""
+
+    __slots__ = ("admitted", "body", "doc", "endpoint", "receive", "routed", "scope", "send", "threshold", "tokens")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send, endpoint: str, body: bytes, doc: dict[str, Any],
+                 tokens: int, routed: str, threshold: int, admitted: _Admitted) -> None:
+        self.scope, self.receive, self.send, self.endpoint, self.body = scope, receive, send, endpoint, body
+        self.doc, self.tokens, self.routed, self.threshold, self.admitted = doc, tokens, routed, threshold, admitted
+
+
+def _response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """An engine's response headers as the client gets them (hop-by-hop and the engine's date and server dropped)."""
+    return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in _DROP_RESPONSE]
+
+
+def _found_prompt_tokens(data: bytes) -> int | None:
+    """The engine's own prompt_tokens in a response's bytes (its usage block), when there."""
+    found = _PROMPT_TOKENS.search(data)
+    return int(found.group(1)) if found else None
 
 
 class ProxyHost(Protocol):
@@ -135,7 +164,7 @@ class Proxy:
             if not msg.get("more_body", False):
                 return b"".join(parts)
 
-    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Coroutine[Any, Any, None] | None:
+    def begin(self, scope: Scope, body: bytes, receive: Receive, send: Send) -> Begun:
         """A request whose whole body is in hand, taken as far as the engine in the callback that read it (the lean
         server, router/lean.py, calls this before it starts a task): parsed, counted, routed, admitted at once and
         written on an idle engine connection. Returns the rest (the answer, relayed) to run as the request's task;
@@ -169,14 +198,43 @@ class Proxy:
             sent = self.r.wire.send_now(b"POST", u.url, path, body, headers)
         except WireError:
             sent = None  # the exchange below meets the same error and answers it
-        return self._finish(scope, receive, send, endpoint, body, doc, tokens, routed, pol.route_threshold_tokens,
-                            _Admitted(role, u, started, sent))
+        p = _Pending(scope, receive, send, endpoint, body, doc, tokens, routed, pol.route_threshold_tokens,
+                     _Admitted(role, u, started, sent))
+        cycle = scope.get("extensions", {}).get(CYCLE)
+        if sent is None or cycle is None or doc.get("stream"):
+            return self._finish(p)
+        Flight(self, self.r.wire, sent, cycle, p).start()  # answered from callbacks (router/flight.py)
+        return True
 
-    async def _finish(self, scope: Scope, receive: Receive, send: Send, endpoint: str, body: bytes,
-                      doc: dict[str, Any], tokens: int, routed: str, threshold: int, admitted: _Admitted) -> None:
-        status, role = await self._watched(scope, receive, routed, lambda done: self._run(
-            scope, send, endpoint, body, doc, tokens, routed, threshold, done, admitted))
-        self.m.request(endpoint, role, status)
+    async def _finish(self, p: _Pending) -> None:
+        status, role = await self._watched(p.scope, p.receive, p.routed, lambda done: self._run(
+            p.scope, p.send, p.endpoint, p.body, p.doc, p.tokens, p.routed, p.threshold, done, p.admitted))
+        self.m.request(p.endpoint, role, status)
+
+    # ----- a Flight's owner: the answer in hand relayed from the engine connection's callback ----------------------
+
+    def answer_now(self, flight: Flight, resp: Response) -> None:
+        p: _Pending = flight.request
+        a = p.admitted
+        status = resp.status
+        headers = _response_headers(resp.headers)
+        body = resp.take_whole()
+        flight.cycle.respond(status, headers, body)
+        try:  # answered: what follows never hands the request to a task
+            resp.close()
+            self.r.admission.release(a.upstream, time.perf_counter() - a.started)
+            self.m.request(p.endpoint, a.role, status)
+            self._check_route(p.tokens, p.threshold, _found_prompt_tokens(body[-4096:]) if status == 200 else None)
+        except Exception:
+            log.exception("exception accounting for a relayed answer")
+
+    def hung_up(self, flight: Flight) -> None:
+        p: _Pending = flight.request
+        self.r.admission.release(p.admitted.upstream, time.perf_counter() - p.admitted.started)
+        self.m.request(p.endpoint, p.routed, 499)
+
+    def later(self, flight: Flight) -> Coroutine[Any, Any, None]:
+        return self._finish(flight.request)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send, kind: str,
                       endpoint: str) -> tuple[int, str]:
@@ -341,8 +399,7 @@ class Proxy:
     async def _relay(self, u: Upstream, resp: Response, send: Send, tokens: int, threshold: int,
                      done: _Done) -> int:
         status = resp.status
-        out = [(k, v) for k, v in resp.headers if k.decode("latin-1").lower() not in _DROP_RESPONSE]
-        await send({"type": "http.response.start", "status": status, "headers": out})
+        await send({"type": "http.response.start", "status": status, "headers": _response_headers(resp.headers)})
         sse = resp.header(b"content-type").startswith(b"text/event-stream")
         actual: int | None = None
         tail = b""
@@ -390,12 +447,16 @@ class Proxy:
         done.finished = True
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if not sse and status == 200:
-            found = _PROMPT_TOKENS.search(tail)
-            if found:
-                actual = int(found.group(1))
-        if actual is not None:
-            self.m.checked.inc()
-            if (tokens < threshold) != (actual < threshold):
-                self.m.child(self.m.misrouted,  # type: ignore[attr-defined]
-                             "long_as_short" if tokens < threshold else "short_as_long").inc()
+            actual = _found_prompt_tokens(tail)
+        self._check_route(tokens, threshold, actual)
         return status
+
+    def _check_route(self, tokens: int, threshold: int, actual: int | None) -> None:
+        """Count the engine's own prompt_tokens against the router's estimate: a misroute when they fall on the two
+        sides of the route threshold."""
+        if actual is None:
+            return
+        self.m.checked.inc()
+        if (tokens < threshold) != (actual < threshold):
+            self.m.child(self.m.misrouted,  # type: ignore[attr-defined]
+                         "long_as_short" if tokens < threshold else "short_as_long").inc()
