@@ -25,6 +25,7 @@ import httptools
 from router.guard import DEFAULT_MAX_HEADER_BYTES, HeaderBudget, Refused, framing_problem
 from router.lean_cycle import BODY_HIGH_WATER, Cycle, Receive, SendFn
 
+_ASGI = {"version": "3.0", "spec_version": "2.3"}  # every scope's "asgi" (one dict: nothing writes to it)
 ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
 CYCLE = "router.cycle"  # the scope extension holding the request's Cycle (what a `begin` that took it answers with)
 
@@ -147,16 +148,20 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
         raw_path = url.path or b"/"
         version = self.parser.get_http_version()
         scope: MutableMapping[str, Any] = {
-            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": version,
+            "type": "http", "asgi": _ASGI, "http_version": version,
             "method": self.parser.get_method().decode("ascii"), "scheme": self.scheme,
             "path": _unquote(raw_path), "raw_path": raw_path, "query_string": url.query or b"", "root_path": "",
             "headers": headers, "client": self.client, "server": self.server, "state": {}}
-        expect = any(n == b"expect" and v.lower() == b"100-continue" for n, v in headers)
+        expect = False
+        length = -1
+        for n, v in headers:
+            if n == b"expect":
+                expect = expect or v.lower() == b"100-continue"
+            elif n == b"content-length":  # one, and a number (framing_problem)
+                length = int(v)
         cycle = Cycle(self, scope, self.parser.should_keep_alive(), expect)
-        if self.begin is not None and scope["method"] == "POST" and not expect:
-            for n, v in headers:
-                if n == b"content-length":  # one, and a number (framing_problem): small enough to hold whole
-                    cycle.deferred = int(v) <= BODY_HIGH_WATER
+        if self.begin is not None and 0 <= length <= BODY_HIGH_WATER and not expect and scope["method"] == "POST":
+            cycle.deferred = True  # small enough to hold whole: started through `begin` once it is all in
         scope["extensions"] = {ON_DISCONNECT: cycle.watch, CYCLE: cycle}
         self.parsing = cycle
         self.cycles.append(cycle)

@@ -137,9 +137,38 @@ class Cycle:
             await self.conn.drain()
 
     def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        """The whole response at once, from a callback (the proxy's answer in hand: router/flight.py)."""
-        self.emit({"type": "http.response.start", "status": status, "headers": headers})
-        self.emit({"type": "http.response.body", "body": body, "more_body": False})
+        """The whole response at once, from a callback (the proxy's answer in hand: router/flight.py): what a start
+        and one last body message through `emit` write, in one write, framed by the body's own length (an
+        `headers` content-length or transfer-encoding is left out)."""
+        if self.disconnected or self.response_done:
+            return
+        if self.started:
+            raise RuntimeError("http.response.start sent twice")
+        self.started = True
+        parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS.get(status, b""), b"\r\n", _date()]
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length" or lower == b"transfer-encoding":
+                continue
+            if lower == b"connection":
+                if value.lower() == b"close":
+                    self.keep_alive = False
+                continue
+            parts += (name, b": ", value, b"\r\n")
+        if status >= 200 and status not in (204, 304):
+            parts += (b"content-length: ", str(len(body)).encode(), b"\r\n")
+        if self.expect and not self.continue_sent and not self.body_done:
+            self.keep_alive = False  # the client holds its body back: what it sends next is not a request
+        if not self.keep_alive:
+            parts.append(b"connection: close\r\n")
+        elif self.scope["http_version"] == "1.0":
+            parts.append(b"connection: keep-alive\r\n")
+        parts.append(b"\r\n")
+        if body and not self.head_only and status >= 200 and status not in (204, 304):
+            parts.append(body)
+        self.response_done = True
+        self.conn.write(b"".join(parts))
+        self.conn.response_complete(self)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         """Go on with this request in a task after all (what `begin` took and could not finish in callbacks)."""

@@ -32,7 +32,8 @@ from router.wire import ConnectFailed, Response, Sent, WireClient, WireError, Wi
 PROXY_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
                  b"trailer", b"upgrade", b"proxy-connection", b"expect"}
-_DROP_RESPONSE = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "date", "server"}
+_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"date",
+                  b"server"}
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _JSON = [(b"content-type", b"application/json")]
 log = logging.getLogger("router.proxy")
@@ -91,7 +92,7 @@ class _Pending:
 
 def _response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """An engine's response headers as the client gets them (hop-by-hop and the engine's date and server dropped)."""
-    return [(k, v) for k, v in headers if k.decode("latin-1").lower() not in _DROP_RESPONSE]
+    return [(k, v) for k, v in headers if k.lower() not in _DROP_RESPONSE]
 
 
 def _found_prompt_tokens(data: bytes) -> int | None:
@@ -189,7 +190,7 @@ class Proxy:
             return None
         admission = self.r.admission
         role = admission.role_for(routed, tokens)
-        u = admission.take_next(role) if role is not None else None
+        u = admission.take_next(role, announce=False) if role is not None else None
         if role is None or u is None:
             return None
         started = time.perf_counter()
@@ -198,6 +199,7 @@ class Proxy:
             sent = self.r.wire.send_now(b"POST", u.url, path, body, headers)
         except WireError:
             sent = None  # the exchange below meets the same error and answers it
+        admission.announce(role, admission.seq)  # its record once the engine has it: off the request's way
         p = _Pending(scope, receive, send, endpoint, body, doc, tokens, routed, pol.route_threshold_tokens,
                      _Admitted(role, u, started, sent))
         cycle = scope.get("extensions", {}).get(CYCLE)
@@ -268,7 +270,8 @@ class Proxy:
         emergency length limit refuses it. Shared by begin and _handle, which differ only in how they count."""
         pol = self.r.policy
         now = self.r.clock()
-        if length_limit_refuses(pol, tokens, now, model=_model(doc), client=lambda: self._client_id(scope, doc)):
+        if pol.length_limit_tokens is not None and length_limit_refuses(
+                pol, tokens, now, model=_model(doc), client=lambda: self._client_id(scope, doc)):
             return pol, now, None
         return pol, now, route(pol, tokens)
 

@@ -104,6 +104,11 @@ class AdmissionCore(Generic[T]):
         slots = sum(u.max_in_flight for u in self.eligible(role)) or 1
         return max(1, min(60, math.ceil(self.service_s[role] * (len(self.queues[role]) + 1) / slots)))
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the latest arrival to take one."""
+        return self._seq
+
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
@@ -115,23 +120,29 @@ class AdmissionCore(Generic[T]):
 
     # ----- admit / release -----------------------------------------------------------------------
 
-    def take_now(self, role: str, seq: int) -> Upstream | None:
-        """A slot at once when nothing waits and no batch timeout holds requests back (the caller releases it)."""
+    def take_now(self, role: str, seq: int, *, announce: bool = True) -> Upstream | None:
+        """A slot at once when nothing waits and no batch timeout holds requests back (the caller releases it).
+        announce=False leaves the release's record (`announce`) to the caller, once the request is on its way."""
         if self.queues[role] or self.policy().batch_timeout_ms != 0:
             return None
         u = pick(self.eligible(role))
         if u is not None:
             u.in_flight += 1
-            self._log(role, seq)
-            self.on_release(role, 0.0)
+            if announce:
+                self.announce(role, seq)
         return u
 
-    def take_next(self, role: str) -> Upstream | None:
+    def take_next(self, role: str, *, announce: bool = True) -> Upstream | None:
         """take_now for the next arrival: it takes its sequence number only when it gets a slot."""
-        u = self.take_now(role, self._seq + 1)
+        u = self.take_now(role, self._seq + 1, announce=announce)
         if u is not None:
             self._seq += 1
         return u
+
+    def announce(self, role: str, seq: int) -> None:
+        """Record a release at once (no wait): the dispatch log and the owner's on_release."""
+        self._log(role, seq)
+        self.on_release(role, 0.0)
 
     def enqueue(self, role: str, tokens: int, ticket: T, seq: int) -> Waiter[T]:
         """Queue a request (its ticket is granted or failed later, perhaps at once); NoUpstream, QueueFull."""

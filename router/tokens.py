@@ -63,11 +63,30 @@ def extract(kind: str, body: Any) -> Prompt:
     raise BadPrompt("'prompt' must be a string, a list of strings, or a list of token ids")
 
 
+_DECODER = json.JSONDecoder()
+
+
+def _loads(body: bytes) -> Any:
+    """json.loads(body), in one step of the C scanner for the usual body (UTF-8, an object from its first byte, nothing
+    after it): json.loads on bytes sniffs the encoding and matches the white space around the document in Python
+    (1.5 us against 0.4 us for a 56-byte completion request, in a loop). Anything else, error or not, goes through
+    json.loads itself, so what is accepted and every error's words are json.loads's."""
+    if body[:1] == b"{":
+        try:
+            text = body.decode()
+            doc, end = _DECODER.raw_decode(text)
+        except (ValueError, UnicodeDecodeError):
+            return json.loads(body)
+        if end == len(text):
+            return doc
+    return json.loads(body)
+
+
 def parse_body(kind: str, body: bytes) -> tuple[dict[str, Any], Prompt]:
     """A request body as JSON and its prompt, or BadPrompt naming what is wrong (HTTP 400); JSON nested too
     deeply for the decoder is bad input too, never a RecursionError."""
     try:
-        doc = json.loads(body)
+        doc = _loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise BadPrompt(f"invalid JSON in the request body: {why}") from None

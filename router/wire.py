@@ -73,6 +73,7 @@ class _Conn(asyncio.Protocol):
         self.complete = False
         self.keep_alive = False
         self.until_eof = True  # neither content-length nor chunked: the body ends when the engine closes
+        self.event_stream = False  # the answer's content-type is text/event-stream (a streamed completion)
         self.interim = False  # inside a 1xx response, which precedes the real one
         self.error: WireError | None = None
         self.chunks: collections.deque[bytes] = collections.deque()
@@ -123,6 +124,8 @@ class _Conn(asyncio.Protocol):
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
             self.until_eof = False
+        elif lower == b"content-type":
+            self.event_stream = value.startswith(b"text/event-stream")
 
     def on_headers_complete(self) -> None:
         if self.unasked:
@@ -132,6 +135,7 @@ class _Conn(asyncio.Protocol):
             self.interim = True
             self.headers.clear()
             self.until_eof = True
+            self.event_stream = False
             return
         if not 200 <= status <= 599:
             self._fail(WireError(f"malformed HTTP response: status {status} is not 200..599"))
@@ -438,7 +442,7 @@ class WireClient:
     @staticmethod
     def event_stream(sent: Sent) -> bool:
         """The answer's head says text/event-stream (a streamed completion)."""
-        return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in sent.conn.headers)
+        return sent.conn.event_stream
 
     @staticmethod
     def complete(sent: Sent) -> bool:
