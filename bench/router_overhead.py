@@ -372,12 +372,30 @@ def print_tables(rows: list[dict[str, float]], args: argparse.Namespace) -> None
     added99 = (last["router_p99"] - last["direct_p99"]) * ms
     print(f"goal at {last['rate']:.0f}/s: added P50 < 1 ms ({'met' if added50 < 1 else 'NOT met'}: {added50:.2f}), "
           f"added P99 < 5 ms ({'met' if added99 < 5 else 'NOT met'}: {added99:.2f})")
-    if args.nginx:
+    if args.nginx and args.repeat == 1:
         for r in rows:
             ours, theirs = ((r[f"{p}_p50"] - r["direct_p50"]) * ms for p in ("router", "nginx"))
             held = ours <= 2 * max(theirs, 0.0)
             print(f"goal at {r['rate']:.0f}/s: router's added P50 within 2x of nginx's "
                   f"({'met' if held else 'NOT met'}: {ours:.2f} vs {theirs:.2f} ms, {_ratio(ours, theirs)})")
+    if args.nginx and args.repeat > 1:
+        _runs_beside_nginx(rows)
+
+
+def _runs_beside_nginx(rows: list[dict[str, float]]) -> None:
+    """Every run's added P50 ratio (router / nginx) per rate, their median, and how many runs met the 2x goal."""
+    ms = 1000.0
+    print("router's added P50 beside nginx's, run by run (ms; x = router / nginx):")
+    for rate in dict.fromkeys(r["rate"] for r in rows):
+        mine = [r for r in rows if r["rate"] == rate]
+        pairs = [((r["router_p50"] - r["direct_p50"]) * ms, (r["nginx_p50"] - r["direct_p50"]) * ms) for r in mine]
+        ratios = [ours / theirs if theirs > 1e-9 else float("inf") for ours, theirs in pairs]
+        shown = "  ".join(f"{ours:.2f}/{theirs:.2f}={x:.1f}" for (ours, theirs), x in zip(pairs, ratios, strict=True))
+        met = sum(x <= 2 for x in ratios)
+        median = statistics.median(ratios)
+        print(f"{rate:7.0f}/s | {shown}")
+        print(f"goal at {rate:.0f}/s: router's added P50 within 2x of nginx's: median {median:.2f}x "
+              f"({'met' if median <= 2 else 'NOT met'}), met in {met} of {len(ratios)} runs")
 
 
 def _beside(rows: list[dict[str, float]], other: str, what: str, title: str) -> None:
@@ -405,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rates", default="50,100,200", help="requests/s, comma-separated (default 50,100,200)")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds per rate (default 5)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run the rates N times (each run its own arrivals, seed+k) and, with --nginx, print the ratio "
+                        "of every run, their median and how many met the goal (default 1)")
     p.add_argument("--upstream", choices=["sim", "stub"], default="sim",
                    help="sim: a sim engine at --time-scale 0.01; stub: an instant HTTP responder (router cost only)")
     p.add_argument("--stream", action="store_true",
@@ -484,7 +505,13 @@ def main(argv: list[str] | None = None) -> int:
             body = json.dumps(BODY | ({"stream": True, "max_tokens": STREAM_CHUNKS} if args.stream else {})).encode()
             cpus: dict[str, Callable[[], float]] = {name: functools.partial(cpu_seconds, pid)
                                                     for name, pid in pids.items()}
-            rows = [asyncio.run(run_rate(paths, r, args.seconds, args.seed, body, cpus)) for r in rates]
+            rows = []
+            for k in range(args.repeat):  # each run its own arrivals (seed + k), the processes kept warm
+                for r in rates:
+                    row = asyncio.run(run_rate(paths, r, args.seconds, args.seed + k, body, cpus))
+                    rows.append(row | {"run": k + 1})
+                    if args.repeat > 1:
+                        print(f"run {k + 1}/{args.repeat}, {r:g}/s done", file=sys.stderr, flush=True)
         finally:
             for proc in reversed(procs):
                 proc.terminate()
