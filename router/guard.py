@@ -35,8 +35,13 @@ class Refused(Exception):
 
 def framing_problem(headers: list[tuple[bytes, bytes]]) -> Refused | None:
     """The refusal for a request's framing headers (lower-cased names), None when they are sound."""
-    lengths = [v for n, v in headers if n == b"content-length"]
-    codings = [v for n, v in headers if n == b"transfer-encoding"]
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    for n, v in headers:  # one pass (every request's head comes through here)
+        if n == b"content-length":
+            lengths.append(v)
+        elif n == b"transfer-encoding":
+            codings.append(v)
     if lengths and codings:
         return Refused(400, "both Content-Length and Transfer-Encoding are given (a request smuggling shape)")
     if len(lengths) > 1:

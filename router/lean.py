@@ -26,6 +26,7 @@ from router.guard import DEFAULT_MAX_HEADER_BYTES, HeaderBudget, Refused, framin
 from router.lean_cycle import BODY_HIGH_WATER, Cycle, Receive, SendFn
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}  # every scope's "asgi" (one dict: nothing writes to it)
+_METHODS = {m.encode(): m for m in ("GET", "POST", "PUT", "HEAD", "DELETE", "OPTIONS", "PATCH")}
 ON_DISCONNECT = "router.on_disconnect"  # the scope extension the proxy (router/proxy.py) watches hang-ups with
 CYCLE = "router.cycle"  # the scope extension holding the request's Cycle (what a `begin` that took it answers with)
 
@@ -135,7 +136,9 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4)
+        self._head += len(name) + len(value) + 4  # HeaderBudget._count, inline: one call a header fewer
+        if self._head > self.max_header_bytes:
+            raise self._too_large()
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
@@ -144,13 +147,17 @@ class LeanProtocol(HeaderBudget, asyncio.Protocol):
         problem = framing_problem(headers)
         if problem is not None:
             raise problem
-        url = httptools.parse_url(self._url)
-        raw_path = url.path or b"/"
-        version = self.parser.get_http_version()
+        target = self._url
+        if target[:1] == b"/" and b"?" not in target and b"#" not in target:
+            raw_path, query = target, b""  # a plain origin-form path (the usual request): nothing to split
+        else:
+            url = httptools.parse_url(target)
+            raw_path, query = url.path or b"/", url.query or b""
+        method = self.parser.get_method()
         scope: MutableMapping[str, Any] = {
-            "type": "http", "asgi": _ASGI, "http_version": version,
-            "method": self.parser.get_method().decode("ascii"), "scheme": self.scheme,
-            "path": _unquote(raw_path), "raw_path": raw_path, "query_string": url.query or b"", "root_path": "",
+            "type": "http", "asgi": _ASGI, "http_version": self.parser.get_http_version(),
+            "method": _METHODS.get(method) or method.decode("ascii"), "scheme": self.scheme,
+            "path": _unquote(raw_path), "raw_path": raw_path, "query_string": query, "root_path": "",
             "headers": headers, "client": self.client, "server": self.server, "state": {}}
         expect = False
         length = -1

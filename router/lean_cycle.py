@@ -136,10 +136,12 @@ class Cycle:
         if self.emit(message):
             await self.conn.drain()
 
-    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes,
+                drop: frozenset[bytes] = frozenset()) -> None:
         """The whole response at once, from a callback (the proxy's answer in hand: router/flight.py): what a start
         and one last body message through `emit` write, in one write, framed by the body's own length (an
-        `headers` content-length or transfer-encoding is left out)."""
+        `headers` content-length or transfer-encoding is left out, and so is every header named in `drop`, by its
+        lower-case name)."""
         if self.disconnected or self.response_done:
             return
         if self.started:
@@ -148,7 +150,7 @@ class Cycle:
         parts = [b"HTTP/1.1 ", str(status).encode(), b" ", _REASONS.get(status, b""), b"\r\n", _date()]
         for name, value in headers:
             lower = name.lower()
-            if lower == b"content-length" or lower == b"transfer-encoding":
+            if lower in drop or lower == b"content-length" or lower == b"transfer-encoding":
                 continue
             if lower == b"connection":
                 if value.lower() == b"close":

@@ -32,8 +32,8 @@ from router.wire import ConnectFailed, Response, Sent, WireClient, WireError, Wi
 PROXY_PATHS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 _DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te",
                  b"trailer", b"upgrade", b"proxy-connection", b"expect"}
-_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade", b"date",
-                  b"server"}
+_DROP_RESPONSE = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer", b"upgrade",
+                            b"date", b"server"})
 _PROMPT_TOKENS = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)')
 _JSON = [(b"content-type", b"application/json")]
 log = logging.getLogger("router.proxy")
@@ -189,9 +189,9 @@ class Proxy:
         if routed is None:
             return None
         admission = self.r.admission
-        role = admission.role_for(routed, tokens)
-        u = admission.take_next(role, announce=False) if role is not None else None
-        if role is None or u is None:
+        role = routed  # its own pool, a slot free at once; the other pool, a queue or a refusal: the usual way
+        u = admission.take_next(role, announce=False)
+        if u is None:
             return None
         started = time.perf_counter()
         headers, path = self._forwarded(scope, endpoint)
@@ -219,9 +219,8 @@ class Proxy:
         p: _Pending = flight.request
         a = p.admitted
         status = resp.status
-        headers = _response_headers(resp.headers)
         body = resp.take_whole()
-        flight.cycle.respond(status, headers, body)
+        flight.cycle.respond(status, resp.headers, body, _DROP_RESPONSE)
         try:  # answered: what follows never hands the request to a task
             resp.close()
             self.r.admission.release(a.upstream, time.perf_counter() - a.started)

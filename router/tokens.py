@@ -6,8 +6,7 @@ import importlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import httpx
 
@@ -19,9 +18,10 @@ class BadPrompt(ValueError):
     """A request body without a usable prompt (HTTP 400)."""
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """What of a request body is counted: texts (the longest of a batch), or a token id count."""
+class Prompt(NamedTuple):
+    """What of a request body is counted: texts (the longest of a batch), or a token id count. A NamedTuple, not a
+    frozen dataclass: one is made for every request, and a frozen dataclass's __init__ sets each field through
+    object.__setattr__ (0.9 us against 0.2 us, in a loop)."""
 
     kind: str  # "completions" | "chat"
     text: str = ""  # completions: the longest prompt text

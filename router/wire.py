@@ -273,7 +273,7 @@ class Response:
 class _Origin:
     """Where an upstream URL points: host, port, TLS or not, the Host header, a path prefix."""
 
-    __slots__ = ("host", "netloc", "port", "prefix", "tls")
+    __slots__ = ("host", "key", "netloc", "port", "prefix", "tls")
 
     def __init__(self, base_url: str) -> None:
         parts = urlsplit(base_url)
@@ -284,6 +284,7 @@ class _Origin:
         self.port = parts.port or (443 if self.tls else 80)
         self.netloc = parts.netloc.encode("latin-1")
         self.prefix = parts.path.rstrip("/")
+        self.key = (self.host, self.port, self.tls)  # its pool of idle connections
 
 
 class Sent:
@@ -378,7 +379,7 @@ class WireClient:
         """Send `method` base_url+path (`headers` without host or content-length; a GET without a body sends no
         content-length); return once the status line and headers are in. The timeouts default to the client's."""
         o = self._origin(base_url)
-        key = (o.host, o.port, o.tls)
+        key = o.key
         data = self._request(o, method, path, body, headers)
         return await self._exchange(o, key, data, self._take_idle(key), False, read_timeout_s, connect_timeout_s)
 
@@ -387,7 +388,7 @@ class WireClient:
         """`send`'s request written at once on an idle pooled connection, its answer left to `answer`; None when
         no connection is idle (then `send` connects). The proxy forwards a request in the callback that read it."""
         o = self._origin(base_url)
-        key = (o.host, o.port, o.tls)
+        key = o.key
         conn = self._take_idle(key)
         if conn is None or conn.transport is None:
             return None
@@ -467,8 +468,8 @@ class WireClient:
             head += (b"content-length: ", str(len(body)).encode(), b"\r\n")
         for k, v in headers:
             head += (k, b": ", v, b"\r\n")
-        head.append(b"\r\n")
-        return b"".join(head) + body
+        head += (b"\r\n", body)
+        return b"".join(head)
 
     async def _exchange(self, o: _Origin, key: tuple[str, int, bool], data: bytes, conn: _Conn | None,
                         written: bool, read_timeout_s: float | None, connect_timeout_s: float | None) -> Response:
