@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from router.lean_cycle import Cycle
-from router.wire import Response, Sent, WireClient
+from router.wire import ARRIVING, WHOLE, Sent, WireClient
 
 log = logging.getLogger("router.proxy")
 
@@ -24,8 +24,9 @@ log = logging.getLogger("router.proxy")
 class FlightOwner(Protocol):
     """What a flight reports to (router.proxy.Proxy)."""
 
-    def answer_now(self, flight: Flight, resp: Response) -> None:
-        """Relay the engine's whole answer to the client and account for the request."""
+    def answer_now(self, flight: Flight) -> None:
+        """Relay the engine's whole answer (WireClient.take_whole) to the client, settle the engine connection and
+        account for the request."""
 
     def hung_up(self, flight: Flight) -> None:
         """The client left before its answer: account for it (499)."""
@@ -57,15 +58,16 @@ class Flight:
 
     def _news(self) -> None:
         """Something happened on the engine connection: answer now, hand over to a task, or wait on."""
-        if self.wire.arriving(self.sent):
+        state = self.wire.news(self.sent)
+        if state == ARRIVING:
             return
         self._detach()
-        try:
-            if self.wire.complete(self.sent) and not self.wire.event_stream(self.sent):
-                self.owner.answer_now(self, self.wire.response(self.sent))
+        if state == WHOLE:
+            try:
+                self.owner.answer_now(self)
                 return
-        except Exception:  # nothing was written (only the headers' copy comes first): the task path serves it
-            log.exception("exception relaying an answer in hand; serving the request the usual way")
+            except Exception:  # nothing was written (the write comes last): the task path serves it
+                log.exception("exception relaying an answer in hand; serving the request the usual way")
         self.cycle.spawn(self.owner.later(self))
 
     def _gone(self) -> None:

@@ -215,14 +215,13 @@ class Proxy:
 
     # ----- a Flight's owner: the answer in hand relayed from the engine connection's callback ----------------------
 
-    def answer_now(self, flight: Flight, resp: Response) -> None:
+    def answer_now(self, flight: Flight) -> None:
         p: _Pending = flight.request
         a = p.admitted
-        status = resp.status
-        body = resp.take_whole()
-        flight.cycle.respond(status, resp.headers, body, _DROP_RESPONSE)
+        status, headers, body = self.r.wire.take_whole(flight.sent)
+        flight.cycle.respond(status, headers, body, _DROP_RESPONSE)
         try:  # answered: what follows never hands the request to a task
-            resp.close()
+            self.r.wire.settle(flight.sent)
             self.r.admission.release(a.upstream, time.perf_counter() - a.started)
             self.m.request(p.endpoint, a.role, status)
             self._check_route(p.tokens, p.threshold, _found_prompt_tokens(body[-4096:]) if status == 200 else None)

@@ -252,14 +252,6 @@ class Response:
                 return None
             await conn.wait(self._timeout, "bytes from the engine")
 
-    def take_whole(self) -> bytes:
-        """All the body there is in hand (the whole of it once the connection is complete)."""
-        chunks = self._conn.chunks
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        chunks.clear()
-        self._conn.buffered = 0
-        return body
-
     def close(self) -> None:
         if self._closed:
             return
@@ -285,6 +277,9 @@ class _Origin:
         self.netloc = parts.netloc.encode("latin-1")
         self.prefix = parts.path.rstrip("/")
         self.key = (self.host, self.port, self.tls)  # its pool of idle connections
+
+
+ARRIVING, WHOLE, ELSE = 0, 1, 2  # WireClient.news
 
 
 class Sent:
@@ -429,31 +424,39 @@ class WireClient:
     def unlisten(sent: Sent) -> None:
         sent.conn.listener = None
 
-    def arriving(self, sent: Sent) -> bool:
-        """A plain answer (not an event stream) still coming in whole: no error, not complete, not held back for
-        back-pressure. Each call starts the read timeout afresh, as each read does for `answer`."""
+    @staticmethod
+    def news(sent: Sent) -> int:
+        """Where the answer to `sent` stands after a read: ARRIVING (a plain answer still coming in whole; the read
+        timeout starts afresh, as each read does for `answer`), WHOLE (all of it in hand, nothing wrong, not an event
+        stream: `take_whole`), or ELSE (an event stream, back-pressure, an error, a close: `answer` goes on from
+        here)."""
         conn = sent.conn
-        if conn.error is not None or conn.complete or conn.paused:
-            return False
-        if conn.head_done and self.event_stream(sent):
-            return False
-        conn.deadline = conn.loop.time() + conn.timeout_s
-        return True
+        if conn.error is None:
+            if conn.complete:
+                if conn.head_done and not conn.event_stream:
+                    return WHOLE
+            elif not conn.paused and not (conn.head_done and conn.event_stream):
+                conn.deadline = conn.loop.time() + conn.timeout_s
+                return ARRIVING
+        return ELSE
 
     @staticmethod
-    def event_stream(sent: Sent) -> bool:
-        """The answer's head says text/event-stream (a streamed completion)."""
-        return sent.conn.event_stream
-
-    @staticmethod
-    def complete(sent: Sent) -> bool:
-        """The engine's whole answer is in hand, and nothing went wrong."""
+    def take_whole(sent: Sent) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The WHOLE answer to `sent`: its status, headers and body (then `settle` the connection)."""
         conn = sent.conn
-        return conn.complete and conn.head_done and conn.error is None
+        chunks = conn.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        conn.buffered = 0
+        return conn.status, conn.headers, body
 
-    def response(self, sent: Sent) -> Response:
-        """The answer to `sent` once its head is in (the connection goes back to the pool on the response's close)."""
-        return Response(sent.conn, lambda c: self._put_idle(sent.key, c), self.read_timeout_s)
+    def settle(self, sent: Sent) -> None:
+        """`sent`'s connection back to the pool once its answer is taken, or closed when it cannot serve again."""
+        conn = sent.conn
+        if conn.reusable():
+            self._put_idle(sent.key, conn)
+        else:
+            conn.abort()
 
     @staticmethod
     def abandon(sent: Sent) -> None:
