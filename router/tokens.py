@@ -12,6 +12,7 @@ import httpx
 
 CHAT_TOKENS_PER_MESSAGE = 5  # role header and end-of-turn markers of a typical chat template
 CHAT_TOKENS_REPLY = 3  # the assistant header that starts the generation
+STR_MOST = 4.5  # characters of a JSON value's str() per byte of its JSON, at the most (1e15: 18 of 4)
 
 
 class BadPrompt(ValueError):
@@ -107,6 +108,20 @@ class EstimateCounter:
 
     def __init__(self, chars_per_token: float = 4.0) -> None:
         self.cpt = chars_per_token
+
+    def most_tokens(self, body_bytes: int) -> int:
+        """The most `count_now` can give for any prompt a /v1/completions or /v1/chat/completions body of
+        `body_bytes` bytes holds: the proxy routes a body under the route threshold by this before it reads it.
+
+        Chat counts contents / cpt plus (1 + CHAT_TOKENS_PER_MESSAGE) a message (the 1 is a ceiling's) plus
+        CHAT_TOKENS_REPLY. A message takes 3 bytes at the least (`{},`); a content's characters are its JSON bytes
+        for a string and its str() otherwise, at most STR_MOST times its bytes (1e15 is 1000000000000000.0), and
+        a content takes 13 bytes of its message beside its own. So no more than max(STR_MOST / cpt,
+        (1 + CHAT_TOKENS_PER_MESSAGE) / 3) a byte, plus the reply's. Completions count less: a string's
+        characters / cpt (+1), or token ids of two bytes each at the least. tests/router/test_tokens.py holds it
+        over generated and worst-case bodies."""
+        per_byte = max(STR_MOST / self.cpt, (1 + CHAT_TOKENS_PER_MESSAGE) / 3)
+        return math.ceil(body_bytes * per_byte) + CHAT_TOKENS_REPLY + 1
 
     def count_now(self, prompt: Prompt) -> int:
         if prompt.ids is not None:

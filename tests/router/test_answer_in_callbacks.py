@@ -34,6 +34,15 @@ class _Scripted(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     plan: ClassVar[list[str]] = []
     posts: ClassVar[int] = 0
+    ended: ClassVar[int] = 0  # connections the router closed (or that ended) while the engine served
+
+    def handle(self) -> None:
+        try:
+            super().handle()
+        except OSError:
+            pass  # the router closed it mid-answer
+        finally:
+            type(self).ended += 1
 
     def do_GET(self) -> None:
         self.send_response(200 if self.path == "/health" else 404)
@@ -76,6 +85,7 @@ class _Scripted(BaseHTTPRequestHandler):
 def _engine(*plan: str) -> Iterator[str]:
     _Scripted.plan = list(plan)
     _Scripted.posts = 0
+    _Scripted.ended = 0
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -179,3 +189,24 @@ def test_a_failure_relaying_in_callbacks_is_served_by_the_task_path() -> None:
         assert failed == [True] and seen == {"answered": 2, "taken": 1, "declined": 0}
         assert _in_flight(rt) == 0
         assert 'router_requests_total{endpoint="/v1/completions",route="hot",status="200"} 3.0' in _metrics(rt)
+
+
+def test_a_short_bad_body_forwarded_before_it_was_read_is_refused_and_its_engine_connection_closed() -> None:
+    with _engine() as url, router(url, url) as rt, _counted(rt) as seen:
+        with _connect(rt.url) as sock:
+            r = Reader(sock)
+            sock.sendall(_post(b"/v1/completions", BODY))  # connects in a task; the connection is pooled after
+            assert r.response()[0] == 200
+            sock.sendall(_post(b"/v1/completions", b'{"prompt": 5}'))  # short: forwarded on the pooled one, then read
+            status, _, body = r.response()
+            assert status == 400 and b"'prompt' must be a string" in body
+            wait_for(lambda: _Scripted.ended == 1, what="the engine connection closed")
+            for _ in range(2):  # the refused one's engine connection was closed: a fresh one, then pooled again
+                sock.sendall(_post(b"/v1/completions", BODY))
+                assert r.response()[0] == 200
+        assert seen == {"answered": 1, "taken": 3, "declined": 0}
+        assert _in_flight(rt) == 0
+        text = _metrics(rt)
+        assert 'router_rejections_total{rule="bad_request"} 1.0' in text
+        assert 'router_requests_total{endpoint="/v1/completions",route="none",status="400"} 1.0' in text
+        assert 'router_requests_total{endpoint="/v1/completions",route="hot",status="200"} 3.0' in text
