@@ -102,10 +102,13 @@ class Elector:
     async def _acquire(self) -> float:
         t0 = self.monotonic()
         try:
-            grant = await asyncio.wait_for(self.store.try_acquire(self.identity, self.lease_s),
-                                           self.lease_s - self.margin_s)
+            # asyncio.timeout, not wait_for, for every request to the store: Python 3.11's wait_for drops a cancel
+            # (the daemon's stop) that lands as the store answers, and the election then went on after the stop
+            async with asyncio.timeout(self.lease_s - self.margin_s):
+                grant = await self.store.try_acquire(self.identity, self.lease_s)
             if grant is None:
-                self.seen = await asyncio.wait_for(self.store.holder(), self.retry_s)
+                async with asyncio.timeout(self.retry_s):
+                    self.seen = await self.store.holder()
         except (LeaseError, TimeoutError) as exc:
             self._failed(exc)
             return self.retry_s
@@ -128,7 +131,8 @@ class Elector:
         assert self.grant is not None
         t0 = self.monotonic()
         try:
-            grant = await asyncio.wait_for(self.store.renew(self.grant), max(0.001, self.act_until - t0))
+            async with asyncio.timeout(max(0.001, self.act_until - t0)):
+                grant = await self.store.renew(self.grant)
         except LeaseLost as exc:
             self._lose(f"the store says the lease is gone: {exc}")
             return 0.0
@@ -149,7 +153,8 @@ class Elector:
         self.grant, self.act_until = None, float("-inf")
         self._changed(False)
         with contextlib.suppress(LeaseError, TimeoutError):
-            await asyncio.wait_for(self.store.release(grant), self.retry_s)
+            async with asyncio.timeout(self.retry_s):
+                await self.store.release(grant)
         self.note("leader_released", holder=self.identity, fence=grant.token, store=self.store.name,
                   acted_until=acted_until)
 

@@ -115,8 +115,11 @@ class Daemon:
     async def _cycle_loop(self) -> None:
         next_tick = self.monotonic()
         while True:
+            # asyncio.timeout, not wait_for, here and below: Python 3.11's wait_for drops a cancel (the daemon's stop)
+            # that lands in the iteration its awaitable completes, and this loop then went on after the stop
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_tick - self.monotonic()))
+                async with asyncio.timeout(max(0.0, next_tick - self.monotonic())):
+                    await self._wake.wait()
             self._wake.clear()
             ticked = self.monotonic() >= next_tick
             await self.run_once()
@@ -142,7 +145,8 @@ class Daemon:
         label = "alert" if triggers else "interval"
         self.running = True
         try:
-            result = await asyncio.wait_for(self.cycle(plan, clock=self.clock), self.cycle_timeout_s)
+            async with asyncio.timeout(self.cycle_timeout_s):
+                result = await self.cycle(plan, clock=self.clock)
         except TimeoutError:
             self.metrics.cycles.labels("timeout").inc()
             log.warning("a cycle gave up after %.0f s", self.cycle_timeout_s)

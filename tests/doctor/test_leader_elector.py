@@ -236,3 +236,28 @@ def test_the_loop_outlives_a_store_that_answers_nonsense() -> None:
 
     asyncio.run(go())
     assert a.leading and slept[0] == 1  # the failed step waited retry_s, the next acquired
+
+
+def test_a_stop_that_lands_as_the_store_answers_stops_the_election() -> None:
+    """The election's task cancelled (the daemon's stop) in the loop iteration the store's answer comes ends it:
+    Python 3.11's wait_for returned the grant and dropped that cancel, and the elector went on renewing after the
+    daemon had begun to shut down (which then waited on it)."""
+    running: list[asyncio.Task[None]] = []
+
+    class AnswersAsTheStopLands(Store):
+        async def try_acquire(self, holder: str, lease_s: float) -> Grant | None:
+            grant = await super().try_acquire(holder, lease_s)
+            asyncio.get_running_loop().call_soon(running[0].cancel)  # runs before the elector sees the grant
+            return grant
+
+    store = AnswersAsTheStopLands(Clock())
+    a = Elector(store, identity="a", lease_s=10, renew_s=3, margin_s=2, retry_s=1, monotonic=store.clock,
+                wall=store.clock, sleep=lambda s: asyncio.sleep(0.01))
+
+    async def go() -> None:
+        task = asyncio.create_task(a.run())
+        running.append(task)
+        done, _ = await asyncio.wait({task}, timeout=5)
+        assert task in done and task.cancelled(), "the election went on after its task was cancelled"
+
+    asyncio.run(go())

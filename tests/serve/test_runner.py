@@ -163,3 +163,31 @@ def test_event_listeners_and_slow_subscribers_stay_bounded() -> None:
     chunks = asyncio.run(go())
     assert got == ["cycle"] * 50 and hub.subscribers == 0
     assert any(c.startswith("event: dropped") for c in chunks) and '"i": 49' in chunks[-1]
+
+
+def test_a_stop_that_lands_as_a_cycle_ends_stops_the_daemon(tmp_path: Path) -> None:
+    """The daemon's stop (its task cancelled) landing in the loop iteration a cycle returns ends the loops: Python
+    3.11's wait_for returned the cycle's result and dropped that cancel, and the shutdown then waited on loops that
+    went on."""
+    stopping: list[asyncio.Task[Any]] = []
+
+    class EndsAsTheStopLands(FakeCycle):
+        async def __call__(self, plan: Plan, *, clock: Any) -> CycleResult:
+            result = await super().__call__(plan, clock=clock)
+            if stopping:
+                asyncio.get_running_loop().call_soon(stopping[0].cancel)  # runs before the loop sees the result
+            return result
+
+    d = daemon(tmp_path, EndsAsTheStopLands(takes_s=0.01), interval_s=0.05)
+
+    async def go() -> None:
+        task = asyncio.create_task(d.run())
+        await until(lambda: d.cycles >= 1)
+        stopping.append(task)
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert task in done and task.cancelled()
+        after = d.cycles
+        await asyncio.sleep(0.5)  # ten intervals
+        assert d.cycles == after, "the cycle loop went on after the daemon's task was cancelled"
+
+    asyncio.run(go())
