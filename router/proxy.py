@@ -175,8 +175,8 @@ class Proxy:
 
         A body too short for any prompt it holds to reach the route threshold (EstimateCounter.most_tokens), with
         no length limit set, goes hot before it is read: the JSON is read and counted while the engine works, and a
-        bad one is refused as _handle refuses it, its engine connection closed. In front of the engine's write that
-        left 22 us of the router's 48 in situ at 200 requests/s (the head's parse and the admission)."""
+        bad one is refused as _handle refuses it, its engine connection closed. The router's Python in front of the
+        engine's write, timed in situ at 1,000 requests/s: 29-32 us (median) before, 19 us after."""
         endpoint = scope["path"]
         counter = self.r.counter
         if len(body) > self.r.config.max_body_bytes or not isinstance(counter, EstimateCounter):
